@@ -1,0 +1,3 @@
+from spladekit.cli import main
+
+main()

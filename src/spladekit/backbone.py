@@ -1,0 +1,137 @@
+"""Load any masked-language-model backbone and locate its vocabulary projection.
+
+The projection is found through ``get_output_embeddings()`` (never a list of architecture names), so
+architectures spladekit has never seen work as long as they implement the standard transformers API.
+Tying is detected by shared storage with ``get_input_embeddings()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from spladekit.errors import SpladekitError
+
+log = logging.getLogger(__name__)
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
+
+
+@dataclass
+class Backbone:
+    """A masked-LM model, its tokenizer, where it came from, and what was freshly initialized."""
+
+    model: nn.Module
+    tokenizer: object
+    source: str
+    fresh_keys: list[str] = field(default_factory=list)
+
+
+def _looks_local(path_or_id: str) -> bool:
+    return Path(path_or_id).exists() or path_or_id.startswith((".", "/", "~")) or path_or_id.count("/") > 1
+
+
+def _check_local_folder(path: Path) -> None:
+    if not path.exists():
+        raise SpladekitError(f"{path}: no such model folder (and not a hub id)")
+    if not path.is_dir():
+        raise SpladekitError(f"{path}: a model must be a folder (config.json + weights), not a file")
+    if not (path / "config.json").is_file():
+        raise SpladekitError(f"{path}: no config.json: not a transformers model folder")
+    if not any(any(path.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        raise SpladekitError(f"{path}: no model weights (*.safetensors or pytorch_model.bin) in the folder")
+
+
+def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, device: str | None = None) -> Backbone:
+    """Load ``AutoModelForMaskedLM`` + ``AutoTokenizer`` from a local folder or a hub id.
+
+    Weights absent from the checkpoint (e.g. the MLM transform of an encoder saved without its head)
+    are listed in ``Backbone.fresh_keys`` and logged as a warning: they are random until trained.
+    Remote (custom) model code runs only with ``trust_remote_code=True``.
+    """
+    import transformers
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    source = str(path_or_id)
+    if _looks_local(source):
+        path = Path(source).expanduser()
+        _check_local_folder(path)
+        source = str(path)
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()  # we report the load ourselves, in one line
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            source, trust_remote_code=trust_remote_code, output_loading_info=True
+        )
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" in str(error):
+            raise SpladekitError(
+                f"{source}: this model needs its own (remote) code; pass --trust-remote-code "
+                "(trust_remote_code=True) if you trust it"
+            ) from None
+        raise SpladekitError(f"{source}: cannot load as a masked-LM model: {error}") from None
+    except OSError as error:
+        raise SpladekitError(f"{source}: cannot load model: {str(error).splitlines()[0]}") from None
+    finally:
+        transformers.logging.set_verbosity(previous)
+    fresh = sorted(info.get("missing_keys", []))
+    if fresh:
+        log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))
+    model.eval()
+    if device is not None:
+        model.to(device)
+    vocab_projection(model)  # fail now, not at encode time, if there is no usable projection
+    return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh)
+
+
+def vocab_projection(model: nn.Module) -> nn.Linear:
+    """The module mapping hidden states to vocabulary logits (weight V × H, optional bias V)."""
+    projection = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if projection is None or not isinstance(getattr(projection, "weight", None), torch.Tensor):
+        raise SpladekitError(
+            f"{type(model).__name__} exposes no vocabulary projection through get_output_embeddings(); "
+            "SPLADE needs a masked-LM head"
+        )
+    if projection.weight.dim() != 2:
+        raise SpladekitError(f"{type(model).__name__}: vocabulary projection weight is not a matrix")
+    return projection
+
+
+def projection_path(model: nn.Module) -> str:
+    """Dotted name of the vocabulary projection module, e.g. ``cls.predictions.decoder``."""
+    projection = vocab_projection(model)
+    for name, module in model.named_modules():
+        if module is projection:
+            return name
+    raise SpladekitError(f"{type(model).__name__}: vocabulary projection is not a submodule of the model")
+
+
+def is_tied(model: nn.Module) -> bool:
+    """True when the projection shares storage with the input embeddings."""
+    inputs = model.get_input_embeddings()
+    out = vocab_projection(model).weight
+    return inputs is not None and (inputs.weight is out or inputs.weight.data_ptr() == out.data_ptr())
+
+
+@contextlib.contextmanager
+def projection_bypassed(model: nn.Module):
+    """Within the block, ``model(...).logits`` are the projection's *inputs* h (B × L × H).
+
+    This lets the SPLADE pooling apply the projection itself (fused, chunked) instead of the model
+    materializing the B × L × V logits tensor.
+    """
+    path = projection_path(model)
+    parent_name, _, attribute = path.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    projection = getattr(parent, attribute)
+    setattr(parent, attribute, nn.Identity())
+    try:
+        yield projection
+    finally:
+        setattr(parent, attribute, projection)

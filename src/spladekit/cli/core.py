@@ -1,0 +1,123 @@
+"""diagnose, rescale, encode: the backbone → vectors half of the pipeline."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, emit
+
+TRUST_REMOTE_CODE = typer.Option(
+    False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
+)
+JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
+JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file.")
+
+
+def _report_text(report) -> str:
+    lines = [
+        f"architecture      {report.architecture} ({report.model_type})",
+        f"head              {report.head_param}  [{report.vocab_size} x {report.hidden_size}]  tied={report.tied}",
+        f"norms             frobenius {report.frobenius_norm:.2f}  row mean {report.mean_row_norm:.3f}  row max {report.max_row_norm:.3f}",
+        f"bias              mean {report.bias_mean}  std {report.bias_std}",
+        f"initial vectors   q nnz {report.avg_q_nnz:.1f}  d nnz {report.avg_d_nnz:.1f}  "
+        f"term weight mean {report.mean_term_weight:.3f} max {report.max_term_weight:.3f}",
+        f"initial scores    median pair {report.median_pair_score:.2f}  mean q x d {report.mean_score:.2f}",
+        f"pair score by k   {report.scores_by_k}",
+        f"recommended k     {report.recommended_k:g}",
+    ]
+    if report.rescale:
+        lines.append(f"already rescaled  {report.rescale} (recommended k is relative to this)")
+    if report.fresh_keys:
+        lines.append(f"fresh (random)    {', '.join(report.fresh_keys)}")
+    return "\n".join(lines)
+
+
+@app.command()
+def diagnose(
+    backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
+    sample: Optional[Path] = typer.Option(
+        None, help="Triplets/pairs TSV (query<TAB>document[<TAB>…]) for the initial SPLADE statistics; "
+        "default: 12 built-in English query–document pairs."
+    ),
+    sample_size: int = typer.Option(64, min=1, help="How many pairs of --sample to use."),
+    max_length: int = typer.Option(256, min=8, help="Token limit for the sample texts."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+    output: Optional[Path] = JSON_OUTPUT,
+) -> None:
+    """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
+    from spladekit.data import read_triplets
+    from spladekit.encoder import SparseEncoder
+    from spladekit.head import SAMPLE_PAIRS, diagnose as diagnose_head
+
+    pairs = SAMPLE_PAIRS
+    if sample is not None:
+        pairs = [(t.query, t.positive) for t in read_triplets(sample, limit=sample_size, min_negatives=0)]
+    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    report = diagnose_head(encoder, pairs, max_length=max_length)
+    emit(report.to_dict(), as_json, output, _report_text(report))
+
+
+@app.command()
+def rescale(
+    backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
+    k: float = typer.Option(..., "--k", help="Divide the vocabulary projection by k (positive, finite)."),
+    mode: str = typer.Option("tied", help="tied: scale the shared matrix, keep the tie (paper). "
+                             "untie: copy the head first, scale only the copy; input embeddings untouched."),
+    rescale_bias: bool = typer.Option(False, "--rescale-bias", help="Divide the projection bias by k too."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for the rescaled model (must not exist)."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
+    from spladekit.encoder import SparseEncoder
+    from spladekit.files import check_new_output
+    from spladekit.head import head_norms, rescale as rescale_head
+
+    check_new_output(output)
+    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    before = head_norms(encoder.model)
+    rescale_head(encoder.model, k, mode=mode, rescale_bias=rescale_bias)
+    after = head_norms(encoder.model)
+    encoder.save(output, overwrite=False)
+    payload = {"backbone": backbone, "k": k, "mode": mode, "rescale_bias": rescale_bias,
+               "output": str(output), "before": before, "after": after}
+    emit(payload, as_json, None,
+         f"head frobenius norm {before['frobenius_norm']:.3f} -> {after['frobenius_norm']:.3f} "
+         f"(k={k:g}, mode={mode}); saved to {output}")
+
+
+@app.command()
+def encode(
+    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
+    corpus: Path = typer.Option(..., help="JSONL corpus: one {\"_id\", \"text\", \"title\"?} object per line."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to write: vectors.npz (scipy CSR, float32), "
+                                "ids.json (row order), meta.json. Written atomically."),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit (default: the model's, else 256)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Encode a corpus into SPLADE vectors."""
+    from spladekit.data import read_corpus
+    from spladekit.encoder import SparseEncoder
+    from spladekit.files import check_new_output
+    from spladekit.sparse import nnz_per_row, save_vectors
+
+    check_new_output(output, overwrite)
+    documents = read_corpus(corpus)
+    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+    started = time.perf_counter()
+    vectors = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
+    seconds = time.perf_counter() - started
+    meta = {"model": model, "corpus": str(corpus), "max_length": max_length or encoder.max_length,
+            "vocab_size": vectors.shape[1], "documents": vectors.shape[0],
+            "avg_nnz": float(nnz_per_row(vectors).mean()), "encode_seconds": round(seconds, 3)}
+    save_vectors(output, vectors, documents.ids, meta, overwrite=True)
+    emit(meta | {"output": str(output)}, as_json, None,
+         f"encoded {meta['documents']} texts in {seconds:.1f}s (avg nnz {meta['avg_nnz']:.1f}) -> {output}")

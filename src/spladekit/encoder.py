@@ -1,0 +1,170 @@
+"""SparseEncoder: a masked-LM backbone that turns texts into SPLADE vectors (scipy CSR, float32)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from spladekit.backbone import Backbone, load_backbone, projection_bypassed
+from spladekit.errors import SpladekitError
+from spladekit.files import atomic_directory
+from spladekit.pooling import splade_max_pool
+from spladekit.sparse import dense_to_csr
+
+METADATA_FILE = "spladekit.json"
+DEFAULT_MAX_LENGTH = 256
+
+
+class SparseEncoder(nn.Module):
+    """SPLADE encoder over any ``AutoModelForMaskedLM``.
+
+    ``forward`` returns differentiable B × V vectors (training); ``encode`` returns a CSR matrix
+    (inference, length-sorted batches, ``torch.inference_mode``).
+    """
+
+    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH):
+        super().__init__()
+        self.model = backbone.model
+        self.tokenizer = backbone.tokenizer
+        self.source = backbone.source
+        self.fresh_keys = list(backbone.fresh_keys)
+        self.max_length = max_length
+        accepted = inspect.signature(self.model.forward).parameters
+        self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
+
+    # ----------------------------------------------------------------- loading and saving
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        rescale_k: float | None = None,
+        rescale_mode: str = "tied",
+        rescale_bias: bool = False,
+        trust_remote_code: bool = False,
+        device: str | None = None,
+        max_length: int | None = None,
+    ) -> SparseEncoder:
+        """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``)."""
+        from spladekit.head import rescale, rescale_record
+
+        backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
+        metadata_path = Path(backbone.source) / METADATA_FILE
+        metadata = json.loads(metadata_path.read_text()) if metadata_path.is_file() else {}
+        encoder = cls(backbone, max_length=max_length or metadata.get("max_length", DEFAULT_MAX_LENGTH))
+        if rescale_k is not None:
+            applied = rescale_record(encoder.model)
+            wanted = {"k": float(rescale_k), "mode": rescale_mode, "rescale_bias": rescale_bias}
+            if applied is None:
+                rescale(encoder.model, rescale_k, mode=rescale_mode, rescale_bias=rescale_bias)
+            elif applied != wanted:
+                raise SpladekitError(
+                    f"{backbone.source}: head already rescaled with {applied}; refusing to apply {wanted} on top. "
+                    "Load the original backbone to rescale differently."
+                )
+        return encoder
+
+    def save(self, directory: str | Path, overwrite: bool = True) -> Path:
+        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically."""
+        from spladekit import __version__
+        from spladekit.head import rescale_record
+
+        with atomic_directory(directory, overwrite=overwrite) as staging:
+            self.model.save_pretrained(staging, safe_serialization=True)
+            self.tokenizer.save_pretrained(staging)
+            metadata = {
+                "spladekit_version": __version__,
+                "backbone": self.source,
+                "max_length": self.max_length,
+                "rescale": rescale_record(self.model),
+                "pooling": "max log(1 + relu(logits)) over non-padding tokens",
+            }
+            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        return Path(directory)
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        from spladekit.backbone import vocab_projection
+
+        return vocab_projection(self.model).weight.shape[0]
+
+    # ----------------------------------------------------------------- computation
+    def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=max_length or self.max_length,
+            return_tensors="pt",
+        )
+        return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
+
+    def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Module]:
+        """Run the backbone up to (not including) the vocabulary projection: (h: B × L × H, projection)."""
+        with projection_bypassed(self.model) as projection:
+            hidden = self.model(**batch).logits
+        return hidden, projection
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Differentiable SPLADE vectors, B × V."""
+        hidden, projection = self.head_inputs(batch)
+        return splade_max_pool(hidden, projection.weight, projection.bias, batch["attention_mask"])
+
+    def encode(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        description: str = "encoding",
+    ) -> sp.csr_matrix:
+        """Encode texts to a float32 CSR matrix (rows in input order).
+
+        Texts are sorted by token length so each batch pads little; results are put back in order.
+        """
+        texts = list(texts)
+        if not texts:
+            return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        if batch_size < 1:
+            raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
+        max_length = max_length or self.max_length
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+        order = np.argsort(-np.asarray(lengths), kind="stable")
+        was_training = self.model.training
+        self.model.eval()
+        blocks = []
+        try:
+            with torch.inference_mode(), tqdm(
+                total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
+            ) as progress:
+                for start in range(0, len(texts), batch_size):
+                    chunk = order[start : start + batch_size]
+                    batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
+                    blocks.append(dense_to_csr(self.forward(batch)))
+                    progress.update(len(chunk))
+        finally:
+            self.model.train(was_training)
+        stacked = sp.vstack(blocks, format="csr")
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        result = stacked[inverse]
+        result.sort_indices()
+        return result.astype(np.float32)
+
+    def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
+        """Readable form of one vector: {token: weight}, heaviest first."""
+        row = row.tocsr()
+        pairs = sorted(zip(row.indices.tolist(), row.data.tolist()), key=lambda pair: -pair[1])[:top]
+        tokens = self.tokenizer.convert_ids_to_tokens([index for index, _ in pairs])
+        return {token: weight for token, (_, weight) in zip(tokens, pairs)}

@@ -1,0 +1,39 @@
+"""Shared fixtures: tiny models of every seed architecture (built once per session) and ../shared paths."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from tiny_models import ARCHITECTURES, build_tiny_model
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED_MODELS = SHARED / "models"
+SHARED_DATA = SHARED / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-models")
+    return {arch: build_tiny_model(arch, root / arch) for arch in ARCHITECTURES}
+
+
+@pytest.fixture(params=ARCHITECTURES)
+def tiny_model_dir(request, tiny_model_dirs) -> Path:
+    return tiny_model_dirs[request.param]
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, or skip the test with the reason when it is absent."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not present (offline assets live in ../shared beside the repo)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _quiet_transformers():
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    yield
