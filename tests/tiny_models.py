@@ -33,15 +33,13 @@ written water boils pressure python list light speed plant glucose oxygen price 
 treatment war japan travel spring autumn document query search retrieval sparse dense model train test
 cat dog sat mat quick brown fox jumps over lazy data science protein cell gene study result effect""".split()
 SUBWORDS = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,?!-")
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + SUBWORDS
+VOCAB = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + SUBWORDS))
 MAX_POSITIONS = 128
 
 
-def tiny_tokenizer(folder: Path) -> T.PreTrainedTokenizerBase:
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab_file = folder / "vocab.txt"
-    vocab_file.write_text("\n".join(VOCAB) + "\n")
-    return T.BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True, model_max_length=MAX_POSITIONS)
+def tiny_tokenizer() -> T.PreTrainedTokenizerBase:
+    vocab = {token: index for index, token in enumerate(VOCAB)}
+    return T.BertTokenizer(vocab=vocab, do_lower_case=True, model_max_length=MAX_POSITIONS)
 
 
 def _config(arch: str):
@@ -91,7 +89,7 @@ def build_tiny_model(arch: str, folder: Path, seed: int = 0, head_scale: float =
     """Write a tiny random-init ``arch`` masked-LM (+ tokenizer) to ``folder``; ``head_scale`` inflates W_head."""
     torch.manual_seed(seed)
     folder = Path(folder)
-    tokenizer = tiny_tokenizer(folder)
+    tokenizer = tiny_tokenizer()
     if arch == "gte":
         model = _gte_model()
     else:

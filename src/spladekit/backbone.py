@@ -64,6 +64,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         source = str(path)
     previous = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # we report the load ourselves, in one line
+    transformers.utils.logging.disable_progress_bar()
     try:
         model, info = AutoModelForMaskedLM.from_pretrained(
             source, trust_remote_code=trust_remote_code, output_loading_info=True
@@ -80,6 +81,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         raise SpladekitError(f"{source}: cannot load model: {str(error).splitlines()[0]}") from None
     finally:
         transformers.logging.set_verbosity(previous)
+        transformers.utils.logging.enable_progress_bar()
     fresh = sorted(info.get("missing_keys", []))
     if fresh:
         log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))

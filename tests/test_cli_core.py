@@ -1,0 +1,87 @@
+"""CLI diagnose / rescale / encode, run as a user would (`python -m spladekit`): output, exit codes, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spladekit import SparseEncoder
+from spladekit.backbone import is_tied
+from spladekit.head import rescale_record
+from spladekit.sparse import load_vectors
+
+
+def spladekit(*args):
+    return subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    lines = [{"_id": "d1", "title": "France", "text": "paris is the capital"}, {"_id": "d2", "text": "a cat sat"},
+             {"_id": "d3", "text": "vitamin d and bone pain"}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_diagnose_json(tiny_model_dirs, tmp_path):
+    result = spladekit("diagnose", tiny_model_dirs["roberta"], "--json", "--output", tmp_path / "d.json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report == json.loads((tmp_path / "d.json").read_text())
+    assert report["architecture"] == "RobertaForMaskedLM" and report["tied"] is True
+    assert report["head_param"] == "lm_head.decoder.weight"
+
+
+def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus):
+    out = tmp_path / "rescaled"
+    result = spladekit("rescale", tiny_model_dirs["modernbert"], "--k", "4", "--mode", "untie", "--output", out)
+    assert result.returncode == 0, result.stderr
+    encoder = SparseEncoder.from_pretrained(out)
+    assert rescale_record(encoder.model)["k"] == 4.0 and not is_tied(encoder.model)
+    assert json.loads((out / "spladekit.json").read_text())["rescale"]["mode"] == "untie"
+
+    vectors_dir = tmp_path / "vectors"
+    result = spladekit("encode", out, "--corpus", corpus, "--output", vectors_dir, "--batch-size", "2")
+    assert result.returncode == 0, result.stderr
+    vectors, ids, meta = load_vectors(vectors_dir)
+    assert ids == ["d1", "d2", "d3"] and vectors.shape == (3, encoder.vocab_size)
+    expected = encoder.encode(["France paris is the capital", "a cat sat", "vitamin d and bone pain"], show_progress=False)
+    assert abs(vectors - expected).max() < 1e-5
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers
+
+    again = spladekit("encode", out, "--corpus", corpus, "--output", vectors_dir)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        ('{"_id": "a", "text": "x"}\n{oops\n', "corpus.jsonl:2: not valid JSON"),
+        ('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', "corpus.jsonl:2: duplicate id"),
+        ("", "corpus.jsonl: empty corpus"),
+    ],
+)
+def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_path, content, needle):
+    bad = tmp_path / "corpus.jsonl"
+    bad.write_text(content)
+    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", bad, "--output", tmp_path / "out")
+    assert result.returncode == 2
+    assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_model_paths_and_bad_k(tmp_path, tiny_model_dirs, corpus):
+    result = spladekit("encode", tmp_path / "nope", "--corpus", corpus, "--output", tmp_path / "o")
+    assert result.returncode == 2 and "no such model folder" in result.stderr
+    result = spladekit("rescale", tiny_model_dirs["bert"], "--k", "0", "--output", tmp_path / "r")
+    assert result.returncode == 2 and "positive finite" in result.stderr and not (tmp_path / "r").exists()
+
+
+def test_every_command_documents_its_options():
+    for command in ("diagnose", "rescale", "encode"):
+        result = spladekit(command, "--help")
+        assert result.returncode == 0 and "--help" in result.stdout
