@@ -125,3 +125,16 @@ def test_inflated_head_raises_recommended_k(tmp_path):
 )
 def test_recommend_k_rule(scores, expected):
     assert recommend_k(scores) == expected
+
+
+@pytest.mark.parametrize("mode", ["tied", "untie"])
+def test_simulated_inflation_is_undone_by_rescaling_with_the_same_k(mode, tiny_model_dirs):
+    from spladekit.head import divide_head
+
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    original = vocab_projection(encoder.model).weight.detach().clone()
+    divide_head(encoder.model, 1 / 8, mode=mode)  # head × 8, not recorded: still rescalable
+    assert rescale_record(encoder.model) is None
+    assert torch.equal(vocab_projection(encoder.model).weight, original * 8)
+    rescale(encoder.model, 8, mode=mode)
+    assert torch.equal(vocab_projection(encoder.model).weight, original)

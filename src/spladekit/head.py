@@ -109,27 +109,42 @@ def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool =
       does not re-tie them.
     """
     k = _check_k(k)
-    if mode not in RESCALE_MODES:
-        raise SpladekitError(f"rescale mode must be one of {RESCALE_MODES}, got {mode!r}")
     if rescale_record(model) is not None:
         raise SpladekitError(f"head already rescaled ({rescale_record(model)}); rescaling twice would compound")
-    projection = vocab_projection(model)
-    with torch.no_grad():
-        if mode == "untie":
-            inputs = model.get_input_embeddings()
-            new_weight = nn.Parameter(projection.weight.detach().clone())
-            _rebind(model, projection.weight, new_weight, skip=inputs)
-            if projection.bias is not None:
-                # A bias shared with another module (BERT's cls.predictions.bias) would be written once
-                # and not re-tied on reload; the projection gets its own, so the saved folder is exact.
-                projection.bias = nn.Parameter(projection.bias.detach().clone())
-            for config in {id(model.config): model.config, id(model.config.get_text_config()): model.config.get_text_config()}.values():
-                config.tie_word_embeddings = False
-        projection.weight.div_(k)
-        if rescale_bias and projection.bias is not None:
-            projection.bias.div_(k)
+    divide_head(model, k, mode=mode, divide_bias=rescale_bias)
     setattr(model.config, CONFIG_ATTRIBUTE, {"k": k, "mode": mode, "rescale_bias": rescale_bias})
     return model
+
+
+def divide_head(model: nn.Module, divisor: float, mode: str = "tied", divide_bias: bool = False) -> nn.Module:
+    """The mechanics of :func:`rescale` without the once-only record.
+
+    Used directly only to *simulate* backbones with a large head (``divisor = 1/s`` inflates it by s),
+    so that a simulated backbone can still be rescaled afterwards.
+    """
+    divisor = _check_k(divisor)
+    if mode not in RESCALE_MODES:
+        raise SpladekitError(f"rescale mode must be one of {RESCALE_MODES}, got {mode!r}")
+    projection = vocab_projection(model)
+    with torch.no_grad():
+        if mode == "untie" and is_tied(model):
+            _untie(model, projection)
+        projection.weight.div_(divisor)
+        if divide_bias and projection.bias is not None:
+            projection.bias.div_(divisor)
+    return model
+
+
+def _untie(model: nn.Module, projection: nn.Module) -> None:
+    inputs = model.get_input_embeddings()
+    new_weight = nn.Parameter(projection.weight.detach().clone())
+    _rebind(model, projection.weight, new_weight, skip=inputs)
+    if projection.bias is not None:
+        # A bias shared with another module (BERT's cls.predictions.bias) would be written once and
+        # not re-tied on reload; the projection gets its own, so the saved folder is exact.
+        projection.bias = nn.Parameter(projection.bias.detach().clone())
+    for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
+        config.tie_word_embeddings = False
 
 
 def head_norms(model: nn.Module) -> dict:
