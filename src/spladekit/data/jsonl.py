@@ -7,6 +7,7 @@ A corpus line is ``{"_id": str, "text": str, "title"?: str}`` (the BEIR layout).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,35 +42,51 @@ def read_corpus(path: str | Path, id_field: str = "_id", text_field: str = "text
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", path)
+
+    def records():
+        for number, line in _decoded_lines(path):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
+            yield number, record
+
+    return corpus_from_records(records(), path, id_field=id_field, text_field=text_field)
+
+
+def corpus_from_records(
+    records: Iterable[tuple[int, object]], source: str | Path, id_field: str = "_id", text_field: str = "text"
+) -> Corpus:
+    """Validate ``(line or row number, record)`` pairs into a :class:`Corpus` (same rules as JSONL files).
+
+    Used for rows that do not come from a JSONL file (Hugging Face datasets, ir_datasets); errors name
+    ``source`` and the row number.
+    """
     ids: list[str] = []
     texts: list[str] = []
     seen: dict[str, int] = {}
-    for number, line in _decoded_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
+    for number, record in records:
         if not isinstance(record, dict):
-            raise InputError(f"expected a JSON object, got {type(record).__name__}", path, number)
+            raise InputError(f"expected a JSON object, got {type(record).__name__}", source, number)
         for field in (id_field, text_field):
             if field not in record:
-                raise InputError(f"missing field {field!r}", path, number)
+                raise InputError(f"missing field {field!r}", source, number)
         doc_id, text, title = record[id_field], record[text_field], record.get("title") or ""
         if isinstance(doc_id, int) and not isinstance(doc_id, bool):
             doc_id = str(doc_id)
         if not isinstance(doc_id, str) or not doc_id:
-            raise InputError(f"field {id_field!r} must be a non-empty string", path, number)
+            raise InputError(f"field {id_field!r} must be a non-empty string", source, number)
         if not isinstance(text, str) or not isinstance(title, str):
-            raise InputError(f"fields {text_field!r} and 'title' must be strings", path, number)
+            raise InputError(f"fields {text_field!r} and 'title' must be strings", source, number)
         if doc_id in seen:
-            raise InputError(f"duplicate id {doc_id!r} (first seen on line {seen[doc_id]})", path, number)
+            raise InputError(f"duplicate id {doc_id!r} (first seen on line {seen[doc_id]})", source, number)
         seen[doc_id] = number
         ids.append(doc_id)
         texts.append(f"{title} {text}".strip() if title else text)
     if not ids:
-        raise InputError("empty corpus: no records", path)
+        raise InputError("empty corpus: no records", source)
     return Corpus(ids, texts)
 
 

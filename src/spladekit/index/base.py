@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.errors import SpladekitError
+
 
 @dataclass
 class SearchResult:
@@ -24,11 +26,31 @@ class SearchResult:
             for qid, rows, scores in zip(query_ids, self.doc_indices, self.scores)
         }
 
+    @classmethod
+    def from_hits(cls, hits: list[tuple[np.ndarray, np.ndarray]], k: int) -> SearchResult:
+        """Pack per-query (row numbers, scores), best first, into -1-padded n × k arrays."""
+        doc_indices = np.full((len(hits), k), -1, dtype=np.int64)
+        scores = np.zeros((len(hits), k), dtype=np.float32)
+        for i, (rows, values) in enumerate(hits):
+            doc_indices[i, : len(rows)] = rows[:k]
+            scores[i, : len(rows)] = values[:k]
+        return cls(doc_indices, scores)
+
 
 class Searcher(abc.ABC):
-    """Built from a CSR document matrix (n_docs × V); searched with a CSR query matrix (n_queries × V)."""
+    """Built from a CSR document matrix (n_docs × V); searched with a CSR query matrix (n_queries × V).
+
+    ``save(path)`` writes a folder with a versioned, checksummed ``manifest.json`` (see
+    :mod:`spladekit.index.store`); backends only write and read their own files.
+    """
 
     name: str
+    build_params: tuple[str, ...] = ()  # keyword parameters ``build`` accepts
+    search_params: tuple[str, ...] = ()  # keyword parameters ``search`` accepts besides ``k``
+    vocab_size: int
+    n_docs: int
+    params: dict
+    doc_ids: list[str] | None = None
 
     @classmethod
     @abc.abstractmethod
@@ -37,9 +59,71 @@ class Searcher(abc.ABC):
     @abc.abstractmethod
     def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult: ...
 
+    def search_batches(self, queries: sp.csr_matrix, k: int = 10, batch_size: int = 256,
+                       show_progress: bool = True) -> SearchResult:
+        """``search`` over consecutive query batches, with a progress bar (long runs: MS MARCO dev)."""
+        from tqdm.auto import tqdm
+
+        parts = [
+            self.search(queries[start : start + batch_size], k=k)
+            for start in tqdm(range(0, queries.shape[0], batch_size), desc=f"{self.name} search", unit="batch",
+                              disable=not show_progress, leave=False)
+        ]
+        if not parts:
+            return SearchResult(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
+        return SearchResult(np.vstack([part.doc_indices for part in parts]),
+                            np.vstack([part.scores for part in parts]))
+
     @abc.abstractmethod
-    def save(self, path: str | Path) -> None: ...
+    def write_files(self, folder: Path) -> None:
+        """Write the backend's own files into ``folder`` (a fresh staging folder)."""
 
     @classmethod
     @abc.abstractmethod
-    def load(cls, path: str | Path) -> Searcher: ...
+    def read_files(cls, folder: Path, manifest: dict) -> Searcher:
+        """Rebuild the searcher from ``folder`` (checksums already verified)."""
+
+    def save(self, path: str | Path, meta: dict | None = None, overwrite: bool = False) -> None:
+        from spladekit.index.store import write_index
+
+        write_index(path, self, meta=meta, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Searcher:
+        from spladekit.index.store import read_index
+
+        searcher = read_index(path)
+        if not isinstance(searcher, cls):
+            raise SpladekitError(f"{path}: this is a {searcher.name!r} index, not {cls.name!r}")
+        return searcher
+
+    @classmethod
+    def check_params(cls, params: dict, accepted: tuple[str, ...]) -> dict:
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise SpladekitError(f"{cls.name} does not take {', '.join(unknown)}; it takes: "
+                                 f"{', '.join(accepted) or 'no parameters'}")
+        return params
+
+    def check_queries(self, queries: sp.csr_matrix) -> sp.csr_matrix:
+        """Refuse queries from another vocabulary or with negative weights; return them as sorted float32 CSR."""
+        if queries.shape[1] != self.vocab_size:
+            raise SpladekitError(
+                f"vocabulary mismatch: queries have {queries.shape[1]} dimensions, the {self.name} index "
+                f"{self.vocab_size} (encode queries with the model that encoded the documents)"
+            )
+        queries = sp.csr_matrix(queries, dtype=np.float32)
+        queries.sort_indices()
+        if queries.nnz and (not np.isfinite(queries.data).all() or queries.data.min() < 0):
+            raise SpladekitError("query vectors must be finite and non-negative (SPLADE weights are >= 0)")
+        return queries
+
+
+def check_documents(documents: sp.csr_matrix) -> sp.csr_matrix:
+    """Documents must be finite and non-negative (SPLADE weights are ``log(1 + ReLU(·)) >= 0``)."""
+    documents = sp.csr_matrix(documents, dtype=np.float32)
+    documents.sum_duplicates()
+    documents.eliminate_zeros()
+    if documents.nnz and (not np.isfinite(documents.data).all() or documents.data.min() < 0):
+        raise SpladekitError("document vectors must be finite and non-negative (SPLADE weights are >= 0)")
+    return documents

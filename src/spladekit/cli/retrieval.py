@@ -1,0 +1,148 @@
+"""index, search, evaluate: the vectors → run → metrics half of the pipeline."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, emit
+from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
+from spladekit.errors import SpladekitError
+
+BACKEND = typer.Option("exact", help="exact (inverted index, exact top-k), seismic (approximate), bmp "
+                       "(block-max pruning, 8-bit impacts, vocabulary <= 65,535) or qdrant (embedded, exact).")
+PARAMS = typer.Option(
+    [], "--param", help="Backend parameter NAME=VALUE, repeatable. seismic: n_postings, centroid_fraction, "
+    "min_cluster_size, summary_energy, max_fraction, doc_cut (build), query_cut, heap_factor (search); "
+    "bmp: bsize, compress_range (build), alpha, beta (search); exact: query_batch.",
+)
+
+
+def parse_params(pairs: list[str]) -> dict:
+    """``["n_postings=2000", "heap_factor=0.8"]`` → ``{"n_postings": 2000, "heap_factor": 0.8}``."""
+    params = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SpladekitError(f"--param expects NAME=VALUE, got {pair!r}")
+        try:
+            params[name] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name] = value
+    return params
+
+
+@app.command()
+def index(
+    vectors: Path = typer.Argument(..., help="Folder written by `spladekit encode` (vectors.npz, ids.json)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Index folder to write (manifest.json with format "
+                                "version and sha256 per file, backend files, ids.json). Written atomically."),
+    backend: str = BACKEND,
+    param: list[str] = PARAMS,
+    overwrite: bool = typer.Option(False, help="Replace an existing index folder."),
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Build a search index over encoded documents."""
+    from spladekit.files import check_new_output
+    from spladekit.index import build_index
+    from spladekit.sparse import load_vectors
+
+    check_new_output(output, overwrite)
+    documents, ids, meta = load_vectors(vectors)
+    started = time.perf_counter()
+    searcher = build_index(documents, backend, **parse_params(param))
+    seconds = time.perf_counter() - started
+    searcher.doc_ids = ids
+    searcher.save(output, meta={"vectors": str(vectors), "model": meta.get("model"),
+                                "max_length": meta.get("max_length")}, overwrite=overwrite)
+    payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
+               "vocab_size": searcher.vocab_size, "params": searcher.params, "build_seconds": round(seconds, 3)}
+    emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
+
+
+@app.command()
+def search(
+    index_dir: Path = typer.Argument(..., metavar="INDEX", help="Folder written by `spladekit index`."),
+    output: Path = typer.Option(..., "--output", "-o", help="TREC run file to write (query Q0 doc rank score tag)."),
+    queries: Optional[Path] = typer.Option(None, help="Queries to encode with --model: JSONL {\"_id\", \"text\"}."),
+    model: Optional[str] = typer.Option(None, help="Model that encoded the documents (hub id or folder)."),
+    query_vectors: Optional[Path] = typer.Option(None, help="Pre-encoded queries (a `spladekit encode` folder) "
+                                                 "instead of --queries/--model."),
+    k: int = typer.Option(1000, min=1, help="Documents per query."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's)."),
+    batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
+    param: list[str] = typer.Option([], "--param", help="Search parameter NAME=VALUE, repeatable "
+                                    "(seismic: query_cut, heap_factor; bmp: alpha, beta)."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Search an index with queries and write a TREC run file."""
+    from spladekit.data import read_corpus, write_run
+    from spladekit.index import load_index
+    from spladekit.sparse import load_vectors
+
+    searcher = load_index(index_dir)
+    if searcher.doc_ids is None:
+        raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
+    if query_vectors is not None:
+        vectors, query_ids, _ = load_vectors(query_vectors)
+    elif queries is not None and model is not None:
+        from spladekit.encoder import SparseEncoder
+
+        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+        if encoder.vocab_size != searcher.vocab_size:
+            raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
+                                 f"{searcher.vocab_size}")
+        parsed = read_corpus(queries)
+        vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length)
+        query_ids = parsed.ids
+    else:
+        raise SpladekitError("give --queries and --model, or --query-vectors")
+    started = time.perf_counter()
+    params = searcher.check_params(parse_params(param), searcher.search_params)
+    result = searcher.search(vectors, k=k, **params)
+    seconds = time.perf_counter() - started
+    write_run(output, result.to_run(query_ids, searcher.doc_ids), tag=f"spladekit-{searcher.name}")
+    payload = {"run": str(output), "queries": len(query_ids), "k": k, "backend": searcher.name,
+               "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1)}
+    emit(payload, as_json, None, f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} "
+         f"ms/query) -> {output}")
+
+
+@app.command()
+def evaluate(
+    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
+    data: str = typer.Option(..., help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
+                             "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
+                             "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
+                             "msmarco-dev, dl19, beir13, nanobeir."),
+    split: str = typer.Option("test", help="Qrels split (BEIR folders: qrels/<split>.tsv; ir_datasets: "
+                              "<id>/<split> when it exists)."),
+    data_root: Optional[Path] = typer.Option(None, help="For suites: read every member from DATA_ROOT/<name>/ "
+                                             "instead of downloading (names: see docs/evaluation.md)."),
+    backend: str = BACKEND,
+    param: list[str] = PARAMS,
+    k: int = typer.Option(1000, min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents and queries "
+                                             "(default: the model's, else 256)."),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
+                               "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length."),
+    run_dir: Optional[Path] = typer.Option(None, help="Also write each collection's TREC run to RUN_DIR/<name>.trec."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+    output: Optional[Path] = JSON_OUTPUT,
+) -> None:
+    """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
+    from spladekit.encoder import SparseEncoder
+    from spladekit.evaluate import evaluate_data, results_table
+
+    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+    results = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=run_dir, backend=backend,
+                            backend_params=parse_params(param), k=k, max_length=max_length,
+                            batch_size=batch_size, cache=cache)
+    emit({"model": model, **results}, as_json, output, results_table(results))

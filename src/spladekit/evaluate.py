@@ -1,0 +1,235 @@
+"""Evaluation: collection → SPLADE vectors → index → run → ir_measures metrics + efficiency statistics.
+
+Effectiveness is computed by ``ir_measures`` on the run and the (reconciled) qrels. A judged query that
+retrieves nothing counts as 0 (as ``trec_eval -c``): the mean is over every judged query, from
+``ir_measures.iter_calc``'s per-query values.
+
+Efficiency (SPLADE's definitions, Formal et al. 2021):
+
+* ``flops = Σ_v p_q(v) · p_d(v)``, where ``p_q(v)`` (``p_d(v)``) is the fraction of queries (documents)
+  in which term v is active (weight > 0): the expected number of multiply-adds of one query–document
+  dot product over an inverted index;
+* ``avg_q_nnz``, ``avg_d_nnz``: mean number of active terms per query / document;
+* ``encode_docs_seconds``, ``encode_queries_seconds``, ``index_seconds``, ``search_ms_per_query``.
+
+Encoded corpora are cached under ``$SPLADEKIT_CACHE`` (default ``~/.cache/spladekit``) in
+``vectors/<sha256(model hash, corpus hash, max length)>/`` so that re-evaluating the same model on the
+same corpus does not re-encode it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import ir_measures
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from spladekit.data.collections import Collection, reconcile
+from spladekit.data.jsonl import Corpus
+from spladekit.data.trec import write_run
+from spladekit.errors import InputError, SpladekitError
+from spladekit.index import build_index
+from spladekit.sparse import load_vectors, nnz_per_row, save_vectors
+
+logger = logging.getLogger("spladekit")
+
+EFFICIENCY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries", "search_ms_per_query")
+
+
+# ----------------------------------------------------------------------------------------- efficiency
+def retrieval_flops(queries: sp.csr_matrix, documents: sp.csr_matrix) -> float:
+    """``Σ_v p_q(v) · p_d(v)`` with ``p(v)`` the fraction of rows whose weight on term v is > 0."""
+    if queries.shape[1] != documents.shape[1]:
+        raise SpladekitError(f"vocabulary mismatch: {queries.shape[1]} vs {documents.shape[1]} dimensions")
+    p_q = np.bincount(queries.indices[queries.data > 0], minlength=queries.shape[1]) / max(queries.shape[0], 1)
+    p_d = np.bincount(documents.indices[documents.data > 0], minlength=documents.shape[1]) / max(
+        documents.shape[0], 1)
+    return float(p_q @ p_d)
+
+
+def active_per_row(matrix: sp.csr_matrix) -> np.ndarray:
+    """Number of strictly positive weights per row."""
+    positive = sp.csr_matrix(matrix, copy=True)
+    positive.data = (positive.data > 0).astype(np.float32)
+    positive.eliminate_zeros()
+    return nnz_per_row(positive)
+
+
+# ----------------------------------------------------------------------------------------- caching
+def cache_root() -> Path:
+    return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
+
+
+def model_fingerprint(encoder) -> str:
+    """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    digest.update(f"tokenizer|{type(encoder.tokenizer).__name__}|{len(encoder.tokenizer)}".encode())
+    return digest.hexdigest()
+
+
+def corpus_fingerprint(corpus: Corpus) -> str:
+    """sha256 over the ids and texts, in order."""
+    digest = hashlib.sha256()
+    for doc_id, text in zip(corpus.ids, corpus.texts):
+        digest.update(doc_id.encode())
+        digest.update(b"\x00")
+        digest.update(text.encode())
+        digest.update(b"\x01")
+    return digest.hexdigest()
+
+
+def encode_corpus(encoder, corpus: Corpus, max_length: int, batch_size: int = 32, cache: bool = True,
+                  show_progress: bool = True) -> tuple[sp.csr_matrix, dict]:
+    """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache."""
+    folder = None
+    if cache:
+        key = hashlib.sha256(
+            f"{model_fingerprint(encoder)}|{corpus_fingerprint(corpus)}|{max_length}".encode()).hexdigest()
+        folder = cache_root() / "vectors" / key
+        if folder.is_dir():
+            vectors, ids, meta = load_vectors(folder)
+            if ids != corpus.ids or vectors.shape[1] != encoder.vocab_size:
+                raise InputError("cached vectors do not match the corpus or model; delete this folder", folder)
+            return vectors, {"encode_docs_seconds": meta.get("encode_seconds"), "corpus_cached": True,
+                             "cache_dir": str(folder)}
+    started = time.perf_counter()
+    vectors = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress)
+    seconds = round(time.perf_counter() - started, 3)
+    if folder is not None:
+        save_vectors(folder, vectors, corpus.ids, {"max_length": max_length, "encode_seconds": seconds},
+                     overwrite=True)
+    return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False,
+                     "cache_dir": None if folder is None else str(folder)}
+
+
+# ----------------------------------------------------------------------------------------- metrics
+def compute_metrics(qrels: dict, run: dict, measures: Iterable[str]) -> dict[str, float]:
+    """Mean of ir_measures' per-query values over every judged query (a query absent from the run: 0)."""
+    parsed = [ir_measures.parse_measure(name) for name in measures]
+    totals = {str(measure): 0.0 for measure in parsed}
+    for value in ir_measures.iter_calc(parsed, qrels, run):
+        if value.query_id in qrels:
+            totals[str(value.measure)] += value.value
+    return {name: total / len(qrels) for name, total in totals.items()}
+
+
+# ----------------------------------------------------------------------------------------- evaluation
+def evaluate(
+    encoder,
+    collection: Collection,
+    backend: str = "exact",
+    k: int = 1000,
+    max_length: int | None = None,
+    batch_size: int = 32,
+    backend_params: dict | None = None,
+    cache: bool = True,
+    run_path: str | Path | None = None,
+    show_progress: bool = True,
+) -> dict:
+    """Evaluate ``encoder`` on one collection; returns metrics (ir_measures names) + efficiency numbers.
+
+    ``cache=False`` always re-encodes (use it while training: every checkpoint is a new model).
+    """
+    collection = reconcile(collection)
+    max_length = max_length or encoder.max_length
+    documents, encode_info = encode_corpus(encoder, collection.corpus, max_length, batch_size, cache, show_progress)
+    started = time.perf_counter()
+    queries = encoder.encode(collection.queries.texts, batch_size=batch_size, max_length=max_length,
+                             show_progress=show_progress)
+    encode_queries_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    searcher = build_index(documents, backend, **(backend_params or {}))
+    index_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    result = searcher.search_batches(queries, k=k, show_progress=show_progress)
+    search_seconds = time.perf_counter() - started
+    run = result.to_run(collection.queries.ids, collection.corpus.ids)
+    if run_path is not None:
+        write_run(run_path, run, tag=f"spladekit-{backend}")
+    metrics = compute_metrics(collection.qrels, run, collection.measures)
+    return {
+        "name": collection.name,
+        "source": collection.source,
+        **metrics,
+        "flops": retrieval_flops(queries, documents),
+        "avg_q_nnz": float(active_per_row(queries).mean()),
+        "avg_d_nnz": float(active_per_row(documents).mean()),
+        "docs": len(collection.corpus),
+        "queries": len(collection.queries),
+        **collection.dropped,
+        "backend": backend,
+        "backend_params": searcher.params,
+        "k": k,
+        "max_length": max_length,
+        **encode_info,
+        "encode_queries_seconds": round(encode_queries_seconds, 3),
+        "index_seconds": round(index_seconds, 3),
+        "search_ms_per_query": 1000 * search_seconds / len(collection.queries),
+        "run": None if run_path is None else str(run_path),
+    }
+
+
+def evaluate_suite(encoder, collections: Iterable[Collection], name: str, run_dir: str | Path | None = None,
+                   **options) -> dict:
+    """Evaluate each collection; ``datasets`` holds the per-collection results, the top level the means."""
+    results = {}
+    for collection in collections:
+        run_path = None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
+        results[collection.name] = evaluate(encoder, collection, run_path=run_path, **options)
+        measures = collection.measures
+    means = {key: float(np.mean([result[key] for result in results.values()]))
+             for key in (*measures, *EFFICIENCY_KEYS)}
+    return {"suite": name, **means, "datasets": results}
+
+
+def evaluate_data(encoder, data: str | Path, split: str = "test", data_root: str | Path | None = None,
+                  run_dir: str | Path | None = None, **options) -> dict:
+    """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
+    from spladekit.data.collections import load_collection
+    from spladekit.data.suites import SUITES, load_suite
+
+    if str(data) in SUITES:
+        return evaluate_suite(encoder, load_suite(str(data), data_root, split), str(data), run_dir, **options)
+    collection = load_collection(data, split)
+    run_path = None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
+    return evaluate(encoder, collection, run_path=run_path, **options)
+
+
+# ----------------------------------------------------------------------------------------- display
+def results_table(results: dict) -> str:
+    """A readable table (rich) of one result or of a suite's datasets and their mean."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = results["datasets"] if "datasets" in results else {results["name"]: results}
+    first = next(iter(rows.values()))
+    table = Table(title=f"{results.get('suite') or results['name']} ({first['backend']}, k={first['k']}, "
+                  f"max length {first['max_length']})")
+    measures = [key for key in first if "@" in key]
+    for column in ("dataset", *measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
+        table.add_column(column, justify="left" if column == "dataset" else "right")
+
+    def add(label: str, row: dict, style: str | None = None):
+        table.add_row(label, *(f"{row[m]:.4f}" for m in measures), f"{row['flops']:.2f}",
+                      f"{row['avg_q_nnz']:.1f}", f"{row['avg_d_nnz']:.1f}", f"{row['docs']:,.0f}",
+                      f"{row['queries']:,.0f}", f"{row['search_ms_per_query']:.2f}", style=style)
+
+    for label, row in rows.items():
+        add(label, row)
+    if "datasets" in results:
+        add("mean", results, style="bold")
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(table)
+    return console.file.getvalue().rstrip()

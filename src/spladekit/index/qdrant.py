@@ -1,0 +1,173 @@
+"""Qdrant backend: documents as sparse vectors in a Qdrant collection, searched through ``qdrant-client``.
+
+Embedded local mode by default (no server: ``qdrant-client``'s in-process engine), or a Qdrant server /
+cluster with ``url=``. ``path=`` keeps the collection in qdrant-client's own local storage folder instead
+of memory. Point ids are the document row numbers, so results come back as row numbers directly; the
+document id (when given) is in the payload as ``doc_id``. Qdrant scores sparse vectors by the exact dot
+product; spladekit orders equal scores by lower row and, when a tie straddles the k-th place, asks for
+more hits until it is resolved, so the top-k equals brute-force ``Q @ D.T`` over the documents sharing a
+term with the query (score > 0), like the ``exact`` backend.
+
+Saved index (``save``): for a server, only the connection (url, collection, vector name; never the API
+key: set ``QDRANT_API_KEY``); in local mode, the document matrix (``documents.npz``, scipy, no pickle) from
+which ``load`` rebuilds the in-memory collection. qdrant-client's local storage format pickles points,
+so spladekit never reads one back itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import SpladekitError
+from spladekit.index.base import Searcher, SearchResult, check_documents
+
+DOCUMENTS_FILE = "documents.npz"
+DEFAULT_COLLECTION = "spladekit"
+DEFAULT_VECTOR = "splade"
+API_KEY_VARIABLE = "QDRANT_API_KEY"
+
+
+def _qdrant():
+    try:
+        import qdrant_client
+    except ImportError:
+        raise SpladekitError("qdrant-client is not installed: pip install 'spladekit[interop]'") from None
+    return qdrant_client
+
+
+def connect(url: str | None = None, api_key: str | None = None, path: str | Path | None = None):
+    """A Qdrant client: server at ``url``, local storage at ``path``, else embedded in memory."""
+    qdrant_client = _qdrant()
+    if url is not None:
+        return qdrant_client.QdrantClient(url=url, api_key=api_key or os.environ.get(API_KEY_VARIABLE))
+    if path is not None:
+        return qdrant_client.QdrantClient(path=str(path))
+    return qdrant_client.QdrantClient(":memory:")
+
+
+def _sparse(models, vectors: sp.csr_matrix, row: int):
+    start, end = vectors.indptr[row], vectors.indptr[row + 1]
+    return models.SparseVector(indices=vectors.indices[start:end].tolist(), values=vectors.data[start:end].tolist())
+
+
+class QdrantSearcher(Searcher):
+    """A Qdrant collection with one named sparse vector per document (point id = document row)."""
+
+    name = "qdrant"
+
+    def __init__(self, client, vocab_size: int, n_docs: int, collection: str = DEFAULT_COLLECTION,
+                 vector_name: str = DEFAULT_VECTOR, url: str | None = None, documents: sp.csr_matrix | None = None):
+        self.client = client
+        self.vocab_size, self.n_docs = vocab_size, n_docs
+        self.collection, self.vector_name, self.url = collection, vector_name, url
+        self.params = {"collection": collection, "vector_name": vector_name, "url": url}
+        self.documents = documents  # kept in local mode only, to save the index without Qdrant's pickles
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def build(
+        cls,
+        documents: sp.csr_matrix,
+        doc_ids: list[str] | None = None,
+        url: str | None = None,
+        api_key: str | None = None,
+        path: str | Path | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        vector_name: str = DEFAULT_VECTOR,
+        batch_size: int = 256,
+        recreate: bool = False,
+    ) -> QdrantSearcher:
+        """Upload ``documents`` (CSR, n × V) into ``collection``: on the server at ``url``, in qdrant-client's
+        local storage at ``path``, else embedded in memory. ``recreate`` replaces an existing collection."""
+        documents = check_documents(documents)
+        documents.sort_indices()  # qdrant-client's local mode requires sorted sparse indices
+        if doc_ids is not None and len(doc_ids) != documents.shape[0]:
+            raise SpladekitError(f"{documents.shape[0]} document vectors but {len(doc_ids)} ids")
+        searcher = cls(connect(url, api_key, path), documents.shape[1], documents.shape[0], collection, vector_name,
+                       url, documents=None if url is not None else documents)
+        searcher.doc_ids = doc_ids
+        searcher._create_collection(recreate)
+        searcher._upload(documents, batch_size)
+        return searcher
+
+    def _create_collection(self, recreate: bool) -> None:
+        models = _qdrant().models
+        if self.client.collection_exists(self.collection):
+            if not recreate:
+                raise SpladekitError(f"Qdrant collection {self.collection!r} already exists (recreate it to replace)")
+            self.client.delete_collection(self.collection)
+        self.client.create_collection(
+            self.collection,
+            vectors_config={},
+            sparse_vectors_config={self.vector_name: models.SparseVectorParams(index=models.SparseIndexParams())},
+        )
+
+    def _upload(self, documents: sp.csr_matrix, batch_size: int) -> None:
+        models = _qdrant().models
+        points = (
+            models.PointStruct(
+                id=row,
+                vector={self.vector_name: _sparse(models, documents, row)},
+                payload={} if self.doc_ids is None else {"doc_id": self.doc_ids[row]},
+            )
+            for row in range(documents.shape[0])
+        )
+        self.client.upload_points(self.collection, points, batch_size=batch_size, wait=True)
+
+    # ------------------------------------------------------------------ searching
+    def _query(self, models, queries: sp.csr_matrix, rows: list[int], limit: int) -> list[list[tuple[int, float]]]:
+        requests = [
+            models.QueryRequest(query=_sparse(models, queries, row), using=self.vector_name, limit=limit,
+                                with_payload=False)
+            for row in rows
+        ]
+        responses = self.client.query_batch_points(self.collection, requests=requests)
+        return [sorted(((int(p.id), float(p.score)) for p in response.points if p.score > 0),
+                       key=lambda hit: (-hit[1], hit[0]))
+                for response in responses]
+
+    def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult:
+        """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
+        if k < 1:
+            raise SpladekitError(f"k must be >= 1, got {k}")
+        models = _qdrant().models
+        queries = self.check_queries(queries)
+        hits = [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))] * queries.shape[0]
+        pending = [row for row in range(queries.shape[0]) if queries.indptr[row + 1] > queries.indptr[row]]
+        limit = k
+        while pending:
+            unresolved = []
+            for row, found in zip(pending, self._query(models, queries, pending, limit)):
+                # a full answer whose last score equals the k-th may hide an equal-score lower row
+                if len(found) == limit and found[-1][1] == found[k - 1][1]:
+                    unresolved.append(row)
+                found = found[:k]
+                hits[row] = (np.array([doc for doc, _ in found], dtype=np.int64),
+                             np.array([score for _, score in found], dtype=np.float32))
+            pending, limit = unresolved, limit * 2
+        return SearchResult.from_hits(hits, k)
+
+    # ------------------------------------------------------------------ persistence
+    def write_files(self, folder: Path) -> None:
+        """Local mode: the document matrix (the collection is rebuilt from it); server: nothing (params)."""
+        if self.documents is not None:
+            sp.save_npz(folder / DOCUMENTS_FILE, self.documents, compressed=False)
+
+    @classmethod
+    def read_files(cls, folder: Path, manifest: dict) -> QdrantSearcher:
+        params = manifest["params"]
+        if params.get("url"):
+            client = connect(params["url"])
+            if not client.collection_exists(params["collection"]):
+                raise SpladekitError(f"{params['url']}: Qdrant collection {params['collection']!r} not found")
+            return cls(client, manifest["vocab_size"], manifest["n_docs"], **params)
+        documents = sp.load_npz(folder / DOCUMENTS_FILE).tocsr()
+        return cls.build(documents, collection=params["collection"], vector_name=params["vector_name"])
+
+    def close(self) -> None:
+        """Release the client (qdrant-client's local storage holds a lock on its folder)."""
+        self.client.close()

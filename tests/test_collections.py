@@ -1,0 +1,144 @@
+"""Collections: BEIR folders, HF parquet folders, ir_datasets ids, TREC files, suites, reconciliation."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from collection_files import DOCS, QRELS, QUERIES, write_beir
+from spladekit.data import SUITES, load_collection, load_suite, read_qrels, read_run, reconcile, write_run
+from spladekit.data import collections as collections_module
+from spladekit.errors import InputError, SpladekitError
+
+
+def test_beir_folder(tmp_path):
+    collection = load_collection(write_beir(tmp_path / "mini"), "test")
+    assert collection.name == "mini" and collection.corpus.ids == list(DOCS)
+    assert collection.corpus.texts[0] == "Paris paris is the capital city of france"  # title + text
+    assert collection.queries.ids == list(QUERIES) and collection.qrels == QRELS
+
+
+def test_missing_split_lists_the_available_ones(tmp_path):
+    folder = write_beir(tmp_path / "mini", split="train")
+    write_beir(folder, split="dev")
+    with pytest.raises(InputError, match=r"mini: no split 'test'; available: dev, train"):
+        load_collection(folder, "test")
+
+
+def test_split_specific_queries_file_wins(tmp_path):
+    folder = write_beir(tmp_path / "mini", split="dl19")
+    (folder / "queries-dl19.jsonl").write_text('{"_id": "q9", "text": "only this one"}\n')
+    assert load_collection(folder, "dl19").queries.ids == ["q9"]
+
+
+def test_not_a_collection(tmp_path):
+    with pytest.raises(InputError, match="not a collection folder"):
+        load_collection(tmp_path, "test")
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(InputError, match="expected a collection folder, got a file"):
+        load_collection(tmp_path / "file.txt")
+
+
+def test_qrels_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n")
+    with pytest.raises(InputError, match=r"qrels\.tsv:3: expected 3 tab-separated fields"):
+        read_qrels(path)
+    path.write_text("q1 0 d1 1\nq1 0 d2 high\n")
+    with pytest.raises(InputError, match=r"qrels\.tsv:2: relevance must be an integer, got 'high'"):
+        read_qrels(path)
+    path.write_text("q1 0 d1 1\nq1 0 d1 2\n")
+    with pytest.raises(InputError, match=r"qrels\.tsv:2: duplicate judgment"):
+        read_qrels(path)
+
+
+def test_trec_qrels_and_run_round_trip(tmp_path):
+    path = tmp_path / "qrels.txt"
+    path.write_text("q1 0 d1 2\nq1 0 d2 0\n\nq2 Q0 d3 1\n")
+    assert read_qrels(path) == {"q1": {"d1": 2, "d2": 0}, "q2": {"d3": 1}}
+    run = {"q1": {"d2": 1.5, "d1": 3.25}, "q2": {"d3": 0.5}}
+    write_run(tmp_path / "run.trec", run)
+    lines = (tmp_path / "run.trec").read_text().splitlines()
+    assert lines[0] == "q1 Q0 d1 1 3.250000 spladekit" and lines[1].startswith("q1 Q0 d2 2 ")
+    assert read_run(tmp_path / "run.trec") == run
+    (tmp_path / "bad.trec").write_text("q1 Q0 d1 1 2.0 tag\nq1 Q0 d2 2 notanumber tag\n")
+    with pytest.raises(InputError, match=r"bad\.trec:2: score must be a number"):
+        read_run(tmp_path / "bad.trec")
+
+
+def test_hf_parquet_folder_like_a_downloaded_nanobeir_repo(tmp_path):
+    from datasets import Dataset
+
+    folder = tmp_path / "NanoMini"
+    rows = {
+        "corpus": {"_id": list(DOCS), "text": [text for _, text in DOCS.values()]},
+        "queries": {"_id": list(QUERIES), "text": list(QUERIES.values())},
+        "qrels": {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"]},
+    }
+    for config, columns in rows.items():
+        (folder / config).mkdir(parents=True)
+        Dataset.from_dict(columns).to_parquet(str(folder / config / "train-00000-of-00001.parquet"))
+    collection = load_collection(folder)
+    assert collection.name == "NanoMini" and collection.corpus.ids == list(DOCS)
+    assert collection.qrels == {"q1": {"d1": 1}, "q2": {"d3": 1}}  # no score column: relevance 1
+
+
+def test_ir_datasets_id(monkeypatch):
+    """The ir_datasets adapter on an in-memory stand-in (the real download needs the network)."""
+    import ir_datasets
+
+    Doc = lambda i, title, text: SimpleNamespace(doc_id=i, title=title, text=text,  # noqa: E731
+                                                 default_text=lambda: f"{title} {text}".strip())
+    dataset = SimpleNamespace(
+        has_docs=lambda: True, has_queries=lambda: True, has_qrels=lambda: True, docs_count=lambda: 2,
+        docs_iter=lambda: iter([Doc("d1", "T", "one"), Doc("d2", "", "two")]),
+        queries_iter=lambda: iter([SimpleNamespace(query_id="q1", text="first")]),
+        qrels_iter=lambda: iter([SimpleNamespace(query_id="q1", doc_id="d2", relevance=1, iteration="0")]),
+    )
+    loaded = []
+    monkeypatch.setattr(ir_datasets, "load", lambda name: loaded.append(name) or dataset)
+    monkeypatch.setitem(ir_datasets.registry._registered, "fake/set", dataset)
+    monkeypatch.setitem(ir_datasets.registry._registered, "fake/set/test", dataset)
+    collection = load_collection("fake/set", "test")
+    assert loaded == ["fake/set/test"]  # <id>/<split> preferred when it exists
+    assert collection.corpus.texts == ["T one", "two"] and collection.qrels == {"q1": {"d2": 1}}
+    with pytest.raises(SpladekitError, match="not a folder, a suite or an ir_datasets id"):
+        load_collection("no/such/dataset")
+
+
+def test_suites_definitions():
+    assert SUITES["msmarco-dev"].measures == ("RR@10", "R@1000")
+    assert SUITES["dl19"].measures == ("nDCG@10", "R(rel=2)@1000")
+    assert len(SUITES["beir13"].members) == 13 and len(SUITES["nanobeir"].members) == 13
+    assert ("webis-touche2020", "beir/webis-touche2020/v2") in SUITES["beir13"].members
+    assert ("NanoSciFact", "zeta-alpha-ai/NanoSciFact") in SUITES["nanobeir"].members
+
+
+def test_suite_from_local_root(tmp_path):
+    write_beir(tmp_path / "dl19")
+    [collection] = list(load_suite("dl19", root=tmp_path))
+    assert collection.name == "dl19" and collection.measures == ("nDCG@10", "R(rel=2)@1000")
+    with pytest.raises(InputError, match="suite 'beir13' needs a folder 'arguana' here"):
+        next(load_suite("beir13", root=tmp_path))
+
+
+def test_reconcile_drops_and_counts(tmp_path, caplog):
+    qrels = {"q1": {"d1": 1, "ghost": 1}, "q2": {"d3": 1}, "q404": {"d1": 1}, "q3": {"ghost2": 1}}
+    collection = load_collection(write_beir(tmp_path / "mini", qrels=qrels))
+    with caplog.at_level(logging.WARNING, logger="spladekit"):
+        clean = reconcile(collection)
+    assert clean.dropped == {"qrels_unknown_queries": 1, "qrels_unknown_docs": 2, "queries_unjudged": 3}
+    assert clean.queries.ids == ["q1", "q2"] and clean.qrels == {"q1": {"d1": 1}, "q2": {"d3": 1}}
+    assert "1 queries that are not in the queries file" in caplog.text
+    assert "2 judgments name documents that are not in the corpus" in caplog.text
+    with pytest.raises(SpladekitError, match="no query has a judgment"):
+        reconcile(load_collection(write_beir(tmp_path / "none", qrels={"q404": {"d1": 1}})))
+
+
+def test_hf_id_dispatch(monkeypatch):
+    seen = []
+    monkeypatch.setattr(collections_module, "load_hf_dataset", lambda source, name=None: seen.append(source))
+    load_collection("zeta-alpha-ai/NanoSciFact")
+    assert seen == ["zeta-alpha-ai/NanoSciFact"]

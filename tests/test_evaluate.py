@@ -1,0 +1,170 @@
+"""evaluate: metrics equal ir_measures on the same run/qrels, FLOPS by hand, cache, bad input, CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import ir_measures
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from collection_files import QRELS, write_beir
+from spladekit import SparseEncoder
+from spladekit.data import load_collection, read_run, reconcile
+from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
+from spladekit.index import ExactSearcher
+from spladekit.sparse import save_vectors
+from tiny_models import build_tiny_model
+
+MEASURES = ("nDCG@10", "RR@10", "R@1000")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_tiny_model("bert", tmp_path_factory.mktemp("models") / "bert")
+
+
+@pytest.fixture(scope="module")
+def encoder(model_dir):
+    return SparseEncoder.from_pretrained(model_dir)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+
+
+def spladekit(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True,
+                          env=env)
+
+
+def test_flops_hand_computed():
+    # queries: q0 = {0, 1}, q1 = {1}; documents: d0 = {1, 2}, d1 = {0, 1}, d2 = {2}
+    queries = sp.csr_matrix(np.array([[0.5, 2.0, 0], [0, 1.0, 0]], dtype=np.float32))
+    documents = sp.csr_matrix(np.array([[0, 1.0, 3.0], [0.1, 0.2, 0], [0, 0, 7.0]], dtype=np.float32))
+    # p_q = (1/2, 2/2, 0), p_d = (1/3, 2/3, 2/3): 1/2·1/3 + 1·2/3 + 0·2/3 = 5/6
+    assert retrieval_flops(queries, documents) == pytest.approx(5 / 6)
+
+
+def test_compute_metrics_equals_ir_measures(tmp_path):
+    qrels_path, run_path = tmp_path / "qrels.txt", tmp_path / "run.txt"
+    qrels_path.write_text("q1 0 d1 1\nq1 0 d2 2\nq2 0 d3 1\nq2 0 d1 0\nq3 0 d9 1\n")
+    run_path.write_text("q1 Q0 d2 1 3.0 t\nq1 Q0 d5 2 2.0 t\nq1 Q0 d1 3 1.0 t\n"
+                        "q2 Q0 d1 1 5.0 t\nq2 Q0 d3 2 4.0 t\nq3 Q0 d4 1 1.0 t\nq3 Q0 d9 2 0.5 t\n")
+    qrels = {q: {d: r for d, r in docs.items()} for q, docs in _group(ir_measures.read_trec_qrels(str(qrels_path)))}
+    run = read_run(run_path)
+    expected = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in MEASURES],
+                                          ir_measures.read_trec_qrels(str(qrels_path)),
+                                          ir_measures.read_trec_run(str(run_path)))
+    assert compute_metrics(qrels, run, MEASURES) == pytest.approx({str(m): v for m, v in expected.items()})
+    # a judged query with no hit at all counts as 0 (ir_measures alone would just skip it)
+    del run["q3"]
+    partial = compute_metrics(qrels, run, ["RR@10"])["RR@10"]
+    assert partial == pytest.approx((1 + 0.5 + 0) / 3)
+
+
+def _group(qrels_iter):
+    grouped = {}
+    for qrel in qrels_iter:
+        grouped.setdefault(qrel.query_id, {})[qrel.doc_id] = qrel.relevance
+    return grouped.items()
+
+
+def test_evaluate_matches_ir_measures_on_its_own_run_and_brute_force(encoder, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    result = evaluate(encoder, load_collection(folder), max_length=64, run_path=tmp_path / "run.trec",
+                      show_progress=False)
+    trec_qrels = tmp_path / "qrels.txt"
+    trec_qrels.write_text("".join(f"{q} 0 {d} {r}\n" for q, docs in QRELS.items() for d, r in docs.items()))
+    expected = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in MEASURES],
+                                          ir_measures.read_trec_qrels(str(trec_qrels)),
+                                          ir_measures.read_trec_run(str(tmp_path / "run.trec")))
+    for measure, value in expected.items():
+        assert result[str(measure)] == pytest.approx(value)
+    assert result["docs"] == 8 and result["queries"] == 4 and result["queries_unjudged"] == 1
+
+    collection = reconcile(load_collection(folder))
+    documents = encoder.encode(collection.corpus.texts, max_length=64, show_progress=False)
+    queries = encoder.encode(collection.queries.texts, max_length=64, show_progress=False)
+    scores = (queries @ documents.T).toarray()
+    run = read_run(tmp_path / "run.trec")
+    for i, query_id in enumerate(collection.queries.ids):
+        ranked = sorted(run[query_id], key=lambda doc: -run[query_id][doc])
+        best = collection.corpus.ids[int(np.argmax(scores[i]))]
+        assert ranked[0] == best
+    assert result["avg_d_nnz"] == pytest.approx(np.diff(documents.indptr).mean())
+    assert result["flops"] == pytest.approx(retrieval_flops(queries, documents))
+
+
+def test_corpus_encoding_is_cached(encoder, tmp_path, monkeypatch):
+    folder = write_beir(tmp_path / "mini")
+    first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    encoded = []
+    original = encoder.encode
+    monkeypatch.setattr(encoder, "encode", lambda texts, **kw: encoded.append(len(texts)) or original(texts, **kw))
+    second = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert not first["corpus_cached"] and second["corpus_cached"]
+    assert encoded == [4]  # only the queries were encoded again
+    assert second["nDCG@10"] == first["nDCG@10"] and second["cache_dir"].startswith(str(tmp_path / "cache"))
+    third = evaluate(encoder, load_collection(folder), max_length=32, show_progress=False)
+    assert not third["corpus_cached"] and encoded[1:] == [8, 4]  # another max length is another entry
+
+
+def test_unknown_qrels_are_warned_and_the_rest_evaluated(encoder, tmp_path, caplog):
+    qrels = dict(QRELS, q404={"d1": 1}, q1={"d1": 1, "ghost": 1})
+    result = evaluate(encoder, load_collection(write_beir(tmp_path / "mini", qrels=qrels)), max_length=64,
+                      show_progress=False)
+    assert (result["qrels_unknown_queries"], result["qrels_unknown_docs"], result["queries"]) == (1, 1, 4)
+    assert "not in the queries file" in caplog.text and "not in the corpus" in caplog.text
+
+
+def test_suite_mean(encoder, tmp_path):
+    one = load_collection(write_beir(tmp_path / "one"))
+    two = load_collection(write_beir(tmp_path / "two", qrels={"q1": {"d1": 1}, "q3": {"d8": 1}}))
+    result = evaluate_suite(encoder, [one, two], "pair", max_length=64, show_progress=False)
+    assert set(result["datasets"]) == {"one", "two"}
+    for key in (*MEASURES, "flops", "avg_q_nnz"):
+        assert result[key] == pytest.approx((result["datasets"]["one"][key] + result["datasets"]["two"][key]) / 2)
+
+
+def test_cli_evaluate_json_and_table(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    env = {**__import__("os").environ, "SPLADEKIT_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "results.json"
+    done = spladekit("evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs",
+                     "--output", out, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "mini" in done.stdout and "nDCG@10" in done.stdout and "flops" in done.stdout  # the table
+    results = json.loads(out.read_text())
+    for key in ("nDCG@10", "RR@10", "R@1000", "flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries"):
+        assert key in results
+    assert (tmp_path / "runs" / "mini.trec").is_file()
+    missing = spladekit("evaluate", model_dir, "--data", folder, "--split", "dev", "--json", env=env)
+    assert missing.returncode == 2 and "no split 'dev'; available: test" in missing.stderr
+
+
+def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    collection = load_collection(folder)
+    vectors = encoder.encode(collection.corpus.texts, max_length=64, show_progress=False)
+    save_vectors(tmp_path / "vectors", vectors, collection.corpus.ids, {"model": str(model_dir)})
+    done = spladekit("index", tmp_path / "vectors", "--output", tmp_path / "index", "--backend", "exact", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["docs"] == 8
+    done = spladekit("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
+                     "--max-length", 64, "--k", 3, "--output", tmp_path / "run.trec")
+    assert done.returncode == 0, done.stderr
+    run = read_run(tmp_path / "run.trec")
+    assert set(run) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.values())
+
+    other = ExactSearcher.build(sp.random(8, encoder.vocab_size + 5, density=0.3, format="csr", random_state=0))
+    other.doc_ids = collection.corpus.ids
+    other.save(tmp_path / "other")
+    done = spladekit("search", tmp_path / "other", "--model", model_dir, "--queries", folder / "queries.jsonl",
+                     "--output", tmp_path / "run2.trec")
+    assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
+    assert not (tmp_path / "run2.trec").exists()

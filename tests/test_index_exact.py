@@ -1,0 +1,137 @@
+"""Exact search = brute force ``Q @ D.T`` (ties by lower row), and the index folder format."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from spladekit.errors import SpladekitError
+from spladekit.index import ExactSearcher, SeismicSearcher, build_index, load_index
+from spladekit.index.exact import top_k
+from synthetic_sparse import zipf_matrix
+
+
+def brute_force(queries: sp.csr_matrix, documents: sp.csr_matrix, k: int):
+    """Dense float64 scores; order by (-score, row); documents with score 0 excluded; -1 padded."""
+    scores = queries.toarray().astype(np.float64) @ documents.toarray().astype(np.float64).T
+    indices = np.full((queries.shape[0], k), -1)
+    for i, row in enumerate(scores):
+        ranked = [d for d in sorted(range(len(row)), key=lambda d: (-row[d], d)) if row[d] > 0][:k]
+        indices[i, : len(ranked)] = ranked
+    return indices, scores
+
+
+@st.composite
+def sparse_problem(draw):
+    vocab = draw(st.integers(1, 12))
+    n_docs = draw(st.integers(1, 30))
+    n_queries = draw(st.integers(1, 4))
+    # weights on a 1/4 grid with many zeros: float32 sums are exact, so ties are real ties
+    weights = st.sampled_from([0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0])
+    docs = draw(arrays(np.float32, (n_docs, vocab), elements=weights))
+    queries = draw(arrays(np.float32, (n_queries, vocab), elements=weights))
+    k = draw(st.integers(1, n_docs + 3))
+    return sp.csr_matrix(docs), sp.csr_matrix(queries), k
+
+
+@settings(max_examples=150, deadline=None)
+@given(sparse_problem())
+def test_exact_equals_brute_force(problem):
+    documents, queries, k = problem
+    result = ExactSearcher.build(documents, query_batch=3).search(queries, k=k)
+    expected, scores = brute_force(queries, documents, k)
+    np.testing.assert_array_equal(result.doc_indices, expected)
+    for i in range(len(expected)):
+        hits = expected[i] >= 0
+        np.testing.assert_allclose(result.scores[i][hits], scores[i][expected[i][hits]], rtol=1e-6)
+        assert (result.scores[i][~hits] == 0).all()
+
+
+def test_exact_matches_scipy_product_on_zipf_data():
+    documents, queries = zipf_matrix(500, 300, 40, seed=1), zipf_matrix(20, 300, 10, seed=2)
+    result = build_index(documents, "exact").search(queries, k=25)
+    product = (queries @ documents.T).toarray()
+    for i in range(queries.shape[0]):
+        expected = np.lexsort((np.arange(product.shape[1]), -product[i]))[:25]
+        np.testing.assert_array_equal(result.doc_indices[i], expected)
+
+
+def test_top_k_breaks_ties_by_row_even_at_the_cut():
+    rows = np.array([9, 4, 7, 1, 3])
+    rows_out, scores_out = top_k(rows, np.array([1.0, 2.0, 1.0, 1.0, 0.5], dtype=np.float32), k=3)
+    assert rows_out.tolist() == [4, 1, 7] and scores_out.tolist() == [2.0, 1.0, 1.0]
+
+
+def test_negative_weights_and_vocabulary_mismatch_are_refused():
+    with pytest.raises(SpladekitError, match="non-negative"):
+        ExactSearcher.build(sp.csr_matrix(np.array([[1.0, -0.5]], dtype=np.float32)))
+    searcher = ExactSearcher.build(zipf_matrix(10, 50, 5, seed=0))
+    with pytest.raises(SpladekitError, match="vocabulary mismatch: queries have 60 dimensions.*50"):
+        searcher.search(zipf_matrix(2, 60, 5, seed=1))
+
+
+def test_save_load_round_trip_with_ids(tmp_path):
+    documents, queries = zipf_matrix(200, 100, 20, seed=3), zipf_matrix(5, 100, 8, seed=4)
+    searcher = ExactSearcher.build(documents)
+    searcher.doc_ids = [f"d{i}" for i in range(200)]
+    searcher.save(tmp_path / "index", meta={"model": "m"})
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert manifest["format"] == "spladekit-index" and manifest["format_version"] == 1
+    assert set(manifest["files"]) == {"postings.npz", "ids.json"}
+    loaded = load_index(tmp_path / "index")
+    assert isinstance(loaded, ExactSearcher) and loaded.doc_ids == searcher.doc_ids
+    np.testing.assert_array_equal(loaded.search(queries, 10).doc_indices, searcher.search(queries, 10).doc_indices)
+    with pytest.raises(SpladekitError, match="already exists"):
+        searcher.save(tmp_path / "index")
+
+
+def test_corrupt_and_foreign_index_folders_are_named(tmp_path):
+    ExactSearcher.build(zipf_matrix(50, 40, 8, seed=5)).save(tmp_path / "index")
+    postings = tmp_path / "index" / "postings.npz"
+    data = bytearray(postings.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    postings.write_bytes(bytes(data))
+    with pytest.raises(SpladekitError, match=r"postings\.npz: corrupt index file"):
+        load_index(tmp_path / "index")
+
+    with pytest.raises(SpladekitError, match="not a spladekit index folder"):
+        load_index(tmp_path)
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(SpladekitError, match=r"foreign.manifest\.json: not a spladekit index manifest"):
+        load_index(tmp_path / "foreign")
+    (tmp_path / "foreign" / "manifest.json").write_text('{"format": "spladekit-index", "format_version": 99}')
+    with pytest.raises(SpladekitError, match="version 99 is not supported"):
+        load_index(tmp_path / "foreign")
+    (tmp_path / "foreign" / "manifest.json").write_bytes(b"\x80garbage")
+    with pytest.raises(SpladekitError, match="unreadable manifest"):
+        load_index(tmp_path / "foreign")
+
+
+def test_loading_with_the_wrong_backend_class_is_refused(tmp_path):
+    ExactSearcher.build(zipf_matrix(20, 30, 5, seed=6)).save(tmp_path / "index")
+    with pytest.raises(SpladekitError, match="this is a 'exact' index, not 'seismic'"):
+        SeismicSearcher.load(tmp_path / "index")
+
+
+def test_unknown_backend_or_parameter_is_a_clear_error():
+    documents = zipf_matrix(10, 20, 4, seed=7)
+    with pytest.raises(SpladekitError, match="unknown backend .faiss.; choose one of exact, seismic, bmp, qdrant"):
+        build_index(documents, "faiss")
+    with pytest.raises(SpladekitError, match="seismic does not take bogus; it takes: n_postings"):
+        build_index(documents, "seismic", bogus=1)
+
+
+def test_search_in_batches_equals_one_search():
+    documents, queries = zipf_matrix(300, 80, 15, seed=8), zipf_matrix(23, 80, 6, seed=9)
+    searcher = ExactSearcher.build(documents)
+    whole, batched = searcher.search(queries, k=7), searcher.search_batches(queries, k=7, batch_size=5,
+                                                                             show_progress=False)
+    np.testing.assert_array_equal(batched.doc_indices, whole.doc_indices)
+    np.testing.assert_array_equal(batched.scores, whole.scores)

@@ -1,0 +1,56 @@
+"""Real data: splade-tiny-msmarco on SciFact (test split, 256 tokens) reproduces ../shared's sanity table.
+
+The encoded corpus is cached in pytest's cache folder (``.pytest_cache/d/spladekit-vectors``), so only
+the first run encodes the 5,183 documents (minutes on 2 CPU cores); later runs take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import shared_path
+
+pytestmark = pytest.mark.realdata
+
+
+@pytest.fixture
+def cache_env(request, monkeypatch):
+    folder = request.config.cache.mkdir("spladekit-vectors")
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(folder))
+    return {**os.environ, "SPLADEKIT_CACHE": str(folder)}
+
+
+def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
+    model = shared_path("models", "splade-tiny-msmarco")
+    data = shared_path("data", "scifact")
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "spladekit", "evaluate", str(model), "--data", str(data), "--split", "test",
+         "--max-length", "256", "--output", str(out), "--json"],
+        capture_output=True, text=True, env=cache_env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert results["nDCG@10"] == pytest.approx(0.644, abs=0.005)  # ../shared/data/README.md (binary qrels)
+    assert (results["docs"], results["queries"], results["queries_unjudged"]) == (5183, 300, 809)
+    assert 50 < results["avg_d_nnz"] < 400 and 5 < results["avg_q_nnz"] < 100
+
+
+def test_scifact_approximate_backends_track_exact(cache_env):
+    from spladekit import SparseEncoder
+    from spladekit.data import load_collection
+    from spladekit.evaluate import evaluate
+
+    encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
+    collection = load_collection(shared_path("data", "scifact"), "test")
+    exact = evaluate(encoder, collection, max_length=256, show_progress=False)
+    assert exact["corpus_cached"] or exact["encode_docs_seconds"] > 0
+    for backend in ("seismic", "bmp"):
+        approx = evaluate(encoder, collection, backend=backend, max_length=256, show_progress=False)
+        assert approx["corpus_cached"]  # encoded once, reused
+        assert approx["nDCG@10"] == pytest.approx(exact["nDCG@10"], abs=0.01)
