@@ -1,0 +1,6 @@
+"""SPLADE training: configuration, losses, regularizers, the training loop, monitors, checkpoints."""
+
+from spladekit.train.config import TrainConfig, load_config
+from spladekit.train.loop import TrainingStopped, train
+
+__all__ = ["TrainConfig", "TrainingStopped", "load_config", "train"]

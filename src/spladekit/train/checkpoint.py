@@ -1,0 +1,72 @@
+"""Atomic training checkpoints: ``checkpoints/step-00000100/`` holds
+
+* ``model/``: the encoder as a standard model folder (safetensors), loadable by every command;
+* ``state.pt``: optimizer, LR scheduler and RNG states (tensors, numbers and strings only: written
+  with ``torch.save``, read with ``torch.load(weights_only=True)``, which refuses arbitrary pickles);
+* ``state.json``: the step (the data position: sampling is a pure function of the step, see
+  ``spladekit.data.training``) for people and scripts.
+
+A checkpoint folder appears complete under its final name or not at all, so the newest folder is
+always a good one, even after ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle  # only for its error type: torch.load(weights_only=True) refuses arbitrary pickles
+import shutil
+from pathlib import Path
+
+import torch
+
+from spladekit.errors import SpladekitError
+from spladekit.files import atomic_directory
+
+PREFIX = "step-"
+
+
+def rng_state() -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoints(output: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    folder = Path(output) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [path for path in folder.iterdir() if path.is_dir() and path.name.startswith(PREFIX)
+             and path.name[len(PREFIX):].isdigit()]
+    return sorted(found, key=lambda path: int(path.name[len(PREFIX):]))
+
+
+def save_checkpoint(output: Path, step: int, encoder, optimizer, scheduler, keep: int) -> Path:
+    target = Path(output) / "checkpoints" / f"{PREFIX}{step:08d}"
+    with atomic_directory(target, overwrite=True) as staging:
+        encoder.save(staging / "model")
+        torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "rng": rng_state()}, staging / "state.pt")
+        (staging / "state.json").write_text(json.dumps({"step": step}) + "\n")
+    for old in checkpoints(output)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def load_training_state(checkpoint: Path, optimizer, scheduler) -> int:
+    """Restore optimizer, scheduler and RNG states; return the step the checkpoint was taken after."""
+    try:
+        state = torch.load(Path(checkpoint) / "state.pt", weights_only=True, map_location="cpu")
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:  # damaged, foreign or missing file
+        raise SpladekitError(f"{checkpoint}/state.pt: cannot read training state: {error}") from None
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return int(state["step"])

@@ -1,0 +1,307 @@
+"""The SPLADE training loop, top to bottom.
+
+Objective (Formal et al., "SPLADE v2", arXiv:2109.10086, eq. 4):
+
+    L = L_rank(Q, P, N) + λ_q(t)·R(Q) + λ_d(t)·R(P ∪ N),      λ(t) = λ·min(1, t/T)²
+
+with L_rank one of ``losses.LOSSES`` and R one of ``regularizers.REGULARIZERS``. AdamW, linear LR
+warm-up then linear decay to 0, gradient clipping, optional bf16 autocast.
+
+**The batch is the effective batch, always.** ``optimization.batch_size`` queries per optimizer step,
+split into ``accumulation`` micro-batches and over the W processes of a distributed run. In-batch
+negatives and the FLOPS mean ``Σ_v (1/N Σ_i |x_iv|)²`` are taken over all of them, so neither the
+number of processes nor the accumulation changes the objective:
+
+* across processes, representations are gathered with gradient (``distributed.gather``);
+* across micro-batches, the loss is not a sum of per-micro-batch terms (the FLOPS square of a mean is
+  not; neither is a softmax over in-batch negatives), so we use cached representations
+  (GradCache, Gao et al., arXiv:2101.06983): pass 1 encodes every micro-batch without a graph, the
+  full-batch loss is computed on those cached vectors and differentiated with respect to them, and
+  pass 2 re-encodes each micro-batch with a graph and back-propagates the cached gradient into the
+  model. The forward runs twice (dropout masks are replayed by restoring the RNG state), but memory
+  is that of one micro-batch plus the B × V vectors, and the gradient is exactly the full-batch one.
+  With ``accumulation: 1`` the single pass is used directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from spladekit.data.training import Example, TrainingSet, load_training_set
+from spladekit.encoder import SparseEncoder
+from spladekit.errors import SpladekitError
+from spladekit.files import check_new_output
+from spladekit.head import diagnose, head_norms, rescale
+from spladekit.train import distributed
+from spladekit.train.checkpoint import (
+    checkpoints,
+    load_training_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from spladekit.train.config import TrainConfig, load_config, save_config
+from spladekit.train.losses import LOSSES
+from spladekit.train.monitors import (
+    EVALUATION_FILE,
+    CollapseDetector,
+    MetricsLog,
+    write_plots,
+)
+from spladekit.train.regularizers import REGULARIZERS, flops, lambda_at
+
+logger = logging.getLogger("spladekit")
+
+CONFIG_FILE = "config.yaml"
+
+
+class TrainingStopped(SpladekitError):
+    """The run stopped itself (non-finite loss, or collapse with ``stop_on_collapse``)."""
+
+
+# ------------------------------------------------------------------------------------------ set-up
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> SparseEncoder:
+    """Load the backbone and rescale its head once; ``rescale.k: auto`` is resolved in ``config``.
+
+    ``auto`` runs ``head.diagnose`` on the first ``rescale.auto_pairs`` (query, positive) pairs of the
+    training data and takes its ``recommended_k``.
+    """
+    backbone, setting = config.backbone, config.rescale
+    if setting.k != "auto":
+        return SparseEncoder.from_pretrained(backbone.id, rescale_k=setting.k, rescale_mode=setting.mode,
+                                             rescale_bias=setting.rescale_bias,
+                                             trust_remote_code=backbone.trust_remote_code)
+    encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
+    groups = training_set.groups[: setting.auto_pairs]
+    pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
+    setting.k = diagnose(encoder, pairs, max_length=config.data.doc_max_length).recommended_k
+    logger.info("rescale.k: auto resolved to %g (head.diagnose recommended_k on %d training pairs)", setting.k, len(pairs))
+    rescale(encoder.model, setting.k, mode=setting.mode, rescale_bias=setting.rescale_bias)
+    return encoder
+
+
+def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Check the output folder; for ``resume`` return the newest checkpoint (the config must match)."""
+    if not resume:
+        check_new_output(output, overwrite)
+        if output.exists():
+            shutil.rmtree(output)
+        return None
+    if not (output / CONFIG_FILE).is_file():
+        raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
+    saved = load_config(output / CONFIG_FILE)
+    if config.rescale.k == "auto":
+        config.rescale.k = saved.rescale.k
+    differ = _changed_keys(saved.to_dict(), config.to_dict())
+    if differ:
+        raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
+                             f"only logging.* may change")
+    found = checkpoints(output)
+    if not found:
+        raise SpladekitError(f"{output}: nothing to resume (no checkpoint yet); start again with --overwrite")
+    return found[-1]
+
+
+def write_run_config(output: Path, config: TrainConfig, k_was_auto: bool) -> None:
+    """The fully resolved config; a resolved ``rescale.k: auto`` is noted at the top."""
+    output.mkdir(parents=True, exist_ok=True)
+    note = f"# rescale.k was 'auto': resolved to {config.rescale.k} (head.diagnose recommended_k)\n"
+    save_config(config, output / CONFIG_FILE, header=note if k_was_auto else "")
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    changed = []
+    for key in old.keys() | new.keys():
+        if isinstance(old.get(key), dict):
+            changed += _changed_keys(old[key], new.get(key, {}), f"{prefix}{key}.")
+        elif old.get(key) != new.get(key) and f"{prefix}{key}".split(".")[0] != "logging":
+            changed.append(prefix + key)
+    return sorted(changed)
+
+
+# ------------------------------------------------------------------------------------------ one step
+def encode_examples(encoder: SparseEncoder, examples: list[Example], config: TrainConfig, device: torch.device):
+    """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.optimization.bf16):
+        queries = encoder(encoder.tokenize([e.query for e in examples], config.data.query_max_length))
+        documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
+        docs = encoder(encoder.tokenize(documents, config.data.doc_max_length))
+    b = len(examples)
+    return queries.float(), docs[:b].float(), docs[b:].float().view(b, config.data.negatives, -1)
+
+
+def objective(q, p, n, teacher, lambdas: tuple[float, float], config: TrainConfig):
+    """Total loss (a tensor) and its parts (floats) on the full batch."""
+    ranking = LOSSES[config.loss.name](q, p, n, teacher)
+    docs = torch.cat([p, n.flatten(0, 1)])
+    regularize = REGULARIZERS[config.regularizer.name]
+    reg_q, reg_d = regularize(q), regularize(docs)
+    total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
+    with torch.no_grad():
+        parts = {"ranking_loss": ranking, "reg_q": reg_q, "reg_d": reg_d, "flops_q": flops(q), "flops_d": flops(docs),
+                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean()}
+    return total, {name: float(value.detach()) for name, value in parts.items()}
+
+
+def forward_backward(encoder, micro_batches, teacher, lambdas, config, processes):
+    """Gradients of the full-batch objective (see the module docstring); returns (loss, parts)."""
+    device = processes.device
+
+    def full_batch_loss(reps_per_micro):
+        full = [torch.cat([distributed.gather(reps[i], processes) for reps in reps_per_micro]) for i in range(3)]
+        return objective(*full[:3], teacher, lambdas, config)
+
+    if len(micro_batches) == 1:
+        total, parts = full_batch_loss([encode_examples(encoder, micro_batches[0], config, device)])
+        total.backward()
+        return float(total.detach()), parts
+    states, cached = [], []
+    for micro in micro_batches:  # pass 1: vectors of every micro-batch, no graph
+        states.append(rng_state())
+        with torch.no_grad():
+            reps = encode_examples(encoder, micro, config, device)
+        cached.append([x.detach().requires_grad_() for x in reps])
+    total, parts = full_batch_loss(cached)
+    total.backward()  # d loss / d cached vectors
+    for micro, state, reps in zip(micro_batches, states, cached):  # pass 2: into the model
+        set_rng_state(state)
+        torch.autograd.backward(encode_examples(encoder, micro, config, device), [x.grad for x in reps])
+    return float(total.detach()), parts
+
+
+def split_batch(examples: list[Example], accumulation: int, processes) -> list[list[Example]]:
+    """This process's share of each micro-batch: micro-batch j, rank r gets a contiguous slice, so the
+    gathered order (micro-batch, then rank) is the order of the examples."""
+    micro = len(examples) // accumulation
+    share = micro // processes.world_size
+    return [examples[j * micro + processes.rank * share: j * micro + (processes.rank + 1) * share]
+            for j in range(accumulation)]
+
+
+def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: MetricsLog) -> None:
+    """Evaluate the model as it is now with ``spladekit.evaluate`` (issue 3's API) and log the results."""
+    from spladekit.evaluate import evaluate_data
+
+    setting = config.evaluation
+    results = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
+                            max_length=setting.max_length or config.data.doc_max_length, cache=False,
+                            show_progress=False)
+    log.write({"step": step, **results})
+    logger.info("step %d: evaluation on %s: %s", step, setting.data,
+                ", ".join(f"{key} {value:.4f}" for key, value in results.items() if "@" in key))
+
+
+def teacher_scores(examples: list[Example], device) -> torch.Tensor | None:
+    if examples[0].teacher is None:
+        return None
+    return torch.tensor([e.teacher for e in examples], dtype=torch.float32, device=device)
+
+
+# ------------------------------------------------------------------------------------------ the loop
+def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False) -> Path:
+    """Train a SPLADE model; returns ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``,
+    ``plots/``, ``checkpoints/``). Run under ``torchrun`` for several processes."""
+    processes = distributed.setup()
+    try:
+        return _train(config, Path(output), resume, overwrite, processes)
+    finally:
+        distributed.teardown(processes)
+
+
+def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes) -> Path:
+    opt, log = config.optimization, config.logging
+    if opt.batch_size % (opt.accumulation * processes.world_size):
+        raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
+                             f"processes ({opt.accumulation} × {processes.world_size})")
+    checkpoint = prepare_output(output, config, resume, overwrite) if processes.main else None
+    distributed.barrier(processes)
+    if not processes.main and resume:
+        checkpoint = checkpoints(output)[-1]
+    seed_everything(config.seed)
+    training_set = load_training_set(config.data)
+    if checkpoint is None:
+        k_was_auto = config.rescale.k == "auto"
+        encoder = initial_encoder(config, training_set)
+        if processes.main:
+            write_run_config(output, config, k_was_auto)
+    else:
+        encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
+    encoder.to(processes.device).train(config.backbone.dropout)
+    parameters = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=opt.lr, weight_decay=opt.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
+    start = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
+    metrics = MetricsLog(output, resume_step=start) if processes.main else None
+    evaluate_every = config.evaluation.every if config.evaluation.data else None
+    evaluations = MetricsLog(output, start, EVALUATION_FILE) if processes.main and config.evaluation.data else None
+    collapse = CollapseDetector(encoder.vocab_size, log.collapse_patience, log.explosion_factor)
+    progress = tqdm(total=opt.steps, initial=start, desc="training", unit="step",
+                    disable=not (processes.main and log.progress))
+    regularizer = config.regularizer
+    try:
+        for step in range(start + 1, opt.steps + 1):
+            began = time.perf_counter()
+            examples = training_set.batch(step, opt.batch_size, config.data.negatives, config.seed)
+            lambdas = (lambda_at(step, regularizer.lambda_q, regularizer.warmup_steps),
+                       lambda_at(step, regularizer.lambda_d, regularizer.warmup_steps))
+            loss, parts = forward_backward(encoder, split_batch(examples, opt.accumulation, processes),
+                                           teacher_scores(examples, processes.device), lambdas, config, processes)
+            distributed.average_gradients(parameters, processes)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, opt.max_grad_norm or math.inf))
+            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+                last = checkpoints(output)
+                raise TrainingStopped(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
+                                      f"the model was not updated. Last good checkpoint: "
+                                      f"{last[-1] if last else 'none (no checkpoint written yet)'}")
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss:.4f}", q_nnz=f"{parts['q_nnz']:.0f}", d_nnz=f"{parts['d_nnz']:.0f}")
+            if step % log.every == 0 or step == opt.steps:
+                record = {"step": step, "loss": loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
+                          "head_norm": head_norms(encoder.model)["frobenius_norm"], "grad_norm": grad_norm, "lr": lr,
+                          "examples_per_s": opt.batch_size / (time.perf_counter() - began)}
+                if metrics is not None:
+                    metrics.write(record)
+                reason = collapse.update(record)
+                if reason:
+                    logger.warning("COLLAPSE at step %d: %s", step, reason)
+                    if log.stop_on_collapse:
+                        raise TrainingStopped(f"stopped on collapse at step {step}: {reason} "
+                                              f"(checkpoints kept in {output / 'checkpoints'})")
+            if step % log.checkpoint_every == 0 and step < opt.steps:
+                if processes.main:
+                    save_checkpoint(output, step, encoder, optimizer, scheduler, log.keep_checkpoints)
+                distributed.barrier(processes)
+            if evaluations is not None and (step == opt.steps or (evaluate_every and step % evaluate_every == 0)):
+                run_evaluation(encoder, config, step, evaluations)
+        if processes.main:
+            encoder.save(output / "model")
+    finally:
+        progress.close()
+        if evaluations is not None:
+            evaluations.close()
+        if metrics is not None:
+            metrics.close()
+            if log.plots:
+                write_plots(output)
+    distributed.barrier(processes)
+    return output

@@ -1,0 +1,141 @@
+"""Training data: triplet TSVs (texts and ids), hard-negative JSONL, HF files, teacher scores, sampling."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from spladekit.data import read_triplets
+from spladekit.data.teacher import read_ce_scores, read_teacher_jsonl
+from spladekit.data.training import load_training_set, merge_groups
+from spladekit.errors import InputError
+from spladekit.train.config import DataConfig
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def id_files(tmp_path):
+    queries = write(tmp_path / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": f"query {q}"}) for q in "ab") + "\n")
+    collection = write(tmp_path / "collection.tsv", "".join(f"{d}\tdocument {d}\n" for d in ("1", "2", "3", "4")))
+    return queries, collection
+
+
+def test_wrong_number_of_fields_names_file_and_line(tmp_path):
+    path = write(tmp_path / "t.tsv", "q\tp\tn\nq2\tonly-positive\n")
+    with pytest.raises(InputError, match=rf"^{tmp_path}/t.tsv:2: expected 3\+ tab-separated fields .* got 2"):
+        read_triplets(path)
+
+
+def test_empty_positive_names_file_and_line(tmp_path):
+    path = write(tmp_path / "t.tsv", "q\tp\tn\n\nq\t \tn\n")
+    with pytest.raises(InputError, match=r"t.tsv:3: empty positive \(field 2\)"):
+        read_triplets(path)
+
+
+def test_diagnose_style_pairs_still_read(tmp_path):
+    path = write(tmp_path / "pairs.tsv", "q\tp\n")
+    assert read_triplets(path, min_negatives=0)[0].negatives == ()
+
+
+def test_header_and_columns_for_id_triplets_with_extra_columns(tmp_path):
+    path = write(tmp_path / "ids.tsv", "query-id\tpos-id\tneg-id\tneg-bm25-rank\na\t1\t2\t9\na\t1\t3\t4\n")
+    triplets = read_triplets(path, header=True, columns=3)
+    assert [(t.query, t.positive, t.negatives, t.line) for t in triplets] == [("a", "1", ("2",), 2), ("a", "1", ("3",), 3)]
+
+
+def test_rows_sharing_query_and_positive_become_one_group_with_several_negatives():
+    groups = merge_groups([("a", "1", ("2",)), ("b", "1", ("4",)), ("a", "1", ("3", "2"))])
+    assert [(g.query, g.positive, g.negatives) for g in groups] == [("a", "1", ("2", "3")), ("b", "1", ("4",))]
+
+
+def test_id_triplets_resolve_texts(tmp_path, id_files):
+    queries, collection = id_files
+    path = write(tmp_path / "ids.tsv", "a\t1\t2\na\t1\t3\nb\t4\t1\n")
+    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection), negatives=2)
+    training = load_training_set(data)
+    example = training.example(0, negatives=2, seed=0)
+    assert len(training) == 2 and example.query.startswith("query ") and len(example.negatives) == 2
+    assert all(text.startswith("document ") for text in (example.positive,) + example.negatives)
+
+
+def test_unknown_id_names_file_and_line(tmp_path, id_files):
+    queries, collection = id_files
+    path = write(tmp_path / "ids.tsv", "a\t1\t2\nb\t1\t99\n")
+    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection))
+    with pytest.raises(InputError, match=r"ids.tsv:2: unknown document id '99'"):
+        load_training_set(data)
+
+
+def test_teacher_scores_follow_the_sampled_negatives(tmp_path, id_files):
+    queries, collection = id_files
+    path = write(tmp_path / "ids.tsv", "a\t1\t2\t3\t4\n")
+    teacher = write(tmp_path / "teacher.jsonl", "".join(json.dumps({"qid": "a", "pid": int(d), "score": float(d) * 10})
+                                                          + "\n" for d in "1234"))
+    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection),
+                      negatives=2, teacher=str(teacher))
+    training = load_training_set(data)
+    for index in range(5):
+        example = training.example(index, negatives=2, seed=3)
+        docs = (example.positive,) + example.negatives
+        assert example.teacher == tuple(float(doc.split()[1]) * 10 for doc in docs)
+
+
+def test_missing_teacher_score_is_an_error(tmp_path, id_files):
+    queries, collection = id_files
+    path = write(tmp_path / "ids.tsv", "a\t1\t2\n")
+    teacher = write(tmp_path / "teacher.jsonl", json.dumps({"qid": "a", "pid": "1", "score": 1.0}) + "\n")
+    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection),
+                      teacher=str(teacher))
+    with pytest.raises(InputError, match="no teacher score for qid 'a', pid '2'"):
+        load_training_set(data)
+
+
+def test_teacher_jsonl_errors_name_the_line(tmp_path):
+    path = write(tmp_path / "t.jsonl", json.dumps({"qid": 1, "pid": 2, "score": 1}) + "\n" + json.dumps({"qid": 1, "pid": 3}) + "\n")
+    with pytest.raises(InputError, match=r"t.jsonl:2: expected an object"):
+        read_teacher_jsonl(path)
+
+
+def test_ce_scores_json_gz(tmp_path):
+    path = tmp_path / "scores.json.gz"
+    with gzip.open(path, "wt") as stream:
+        json.dump({"7": {"1": 2.5, "2": -1}}, stream)
+    assert read_ce_scores(path) == {("7", "1"): 2.5, ("7", "2"): -1.0}
+
+
+def test_sentence_transformers_hard_negatives_layout(tmp_path, id_files):
+    queries, collection = id_files
+    lines = [{"qid": "a", "pos": [1], "neg": {"bm25": [2, 3, 1], "dense": [4]}}, {"qid": "b", "pos": [2], "neg": {"bm25": []}}]
+    path = tmp_path / "hard.jsonl.gz"
+    with gzip.open(path, "wt") as stream:
+        stream.write("".join(json.dumps(line) + "\n" for line in lines))
+    data = DataConfig(format="hard_negatives", path=str(path), queries=str(queries), collection=str(collection),
+                      negative_systems=["bm25"])
+    training = load_training_set(data)
+    # the positive is never its own negative; a query without negatives is left out
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("a", "1", ("2", "3"))]
+
+
+def test_hf_datasets_from_a_local_file(tmp_path):
+    rows = [{"query": "q1", "positive": "p1", "negative": "n1"}, {"query": "q2", "positive": "p2", "negative": "n2"}]
+    path = write(tmp_path / "train.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+    training = load_training_set(DataConfig(format="hf", path=str(path)))
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("n1",)), ("q2", "p2", ("n2",))]
+
+
+def test_sampling_is_a_pure_function_of_seed_and_step(tmp_path):
+    path = write(tmp_path / "t.tsv", "".join(f"q{i}\tp{i}\tn{i}a\tn{i}b\tn{i}c\n" for i in range(5)))
+    training = load_training_set(DataConfig(path=str(path), negatives=2))
+    first = [training.batch(step, 4, 2, seed=1) for step in (1, 2, 3)]
+    again = load_training_set(DataConfig(path=str(path), negatives=2))
+    assert [again.batch(step, 4, 2, seed=1) for step in (3, 1, 2)] == [first[2], first[0], first[1]]
+    assert training.batch(1, 4, 2, seed=2) != first[0]
+    # an epoch visits every group once
+    assert sorted(e.query for e in training.batch(1, 5, 1, seed=1)) == [f"q{i}" for i in range(5)]
+    assert all(len(set(e.negatives)) == 2 and e.negatives[0][:2] == "n" + e.query[1] for e in first[0])

@@ -1,0 +1,241 @@
+"""The training loop on a tiny BERT and synthetic topical triplets: learning, sparsity, exact gradient
+accumulation, head rescaling at init, NaN stop, collapse stop, resume after kill -9."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from collection_files import write_beir
+from safetensors.torch import load_file
+from tiny_models import build_tiny_model
+from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
+
+from spladekit import SparseEncoder
+from spladekit.backbone import vocab_projection
+from spladekit.data.training import load_training_set
+from spladekit.errors import SpladekitError
+from spladekit.head import diagnose
+from spladekit.train import TrainingStopped, train
+from spladekit.train.checkpoint import checkpoints
+from spladekit.train.distributed import Processes
+from spladekit.train.loop import encode_examples, forward_backward, objective
+from spladekit.train.monitors import CollapseDetector, read_metrics
+
+LEARN = {"optimization": {"steps": 20, "batch_size": 8, "lr": 3e-3, "warmup_steps": 2}}
+
+tiny_bert_fixture, triplets_fixture = TINY_BERT, TRIPLETS
+
+
+@pytest.fixture(scope="module")
+def unregularized(tiny_bert, triplets_file, tmp_path_factory):
+    output = tmp_path_factory.mktemp("run") / "plain"
+    train(tiny_config(tiny_bert, triplets_file, **LEARN, regularizer={"lambda_q": 0.0, "lambda_d": 0.0}), output)
+    return output
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def test_run_folder_holds_the_contract(unregularized):
+    assert {p.name for p in unregularized.iterdir()} >= {"model", "metrics.jsonl", "config.yaml", "checkpoints"}
+    records = read_metrics(unregularized)
+    assert [r["step"] for r in records] == list(range(1, 21))
+    expected = {"step", "loss", "ranking_loss", "flops_q", "flops_d", "lambda_q", "lambda_d", "q_nnz", "d_nnz",
+                "head_norm", "grad_norm", "lr", "examples_per_s"}
+    assert expected <= records[0].keys()
+    encoder = SparseEncoder.from_pretrained(unregularized / "model")
+    assert encoder.encode(["paris is the capital"], show_progress=False).nnz > 0
+
+
+def test_loss_decreases(unregularized):
+    losses = [r["ranking_loss"] for r in read_metrics(unregularized)]
+    assert mean(losses[-4:]) < mean(losses[:4]) - 0.2
+
+
+def test_flops_lowers_nnz_as_lambda_ramps_up(tiny_bert, triplets_file, unregularized, tmp_path):
+    config = tiny_config(tiny_bert, triplets_file, **LEARN, regularizer={"lambda_q": 0.1, "lambda_d": 0.1, "warmup_steps": 10})
+    records = read_metrics(train(config, tmp_path / "flops"))
+    plain = read_metrics(unregularized)
+    assert [r["lambda_d"] for r in records[:3]] == pytest.approx([0.1 * (t / 10) ** 2 for t in (1, 2, 3)])
+    assert records[-1]["lambda_d"] == pytest.approx(0.1)
+    assert records[-1]["d_nnz"] < 0.6 * records[0]["d_nnz"]
+    assert records[-1]["d_nnz"] < 0.6 * plain[-1]["d_nnz"] and records[-1]["q_nnz"] < plain[-1]["q_nnz"]
+
+
+@pytest.mark.parametrize("loss", ["margin_mse", "kl"])
+def test_distillation_from_teacher_scores(tiny_bert, triplets_file, tmp_path, loss):
+    rows = [line.split("\t") for line in triplets_file.read_text().splitlines()]
+    (tmp_path / "queries.tsv").write_text("".join(f"q{i}\t{row[0]}\n" for i, row in enumerate(rows)))
+    (tmp_path / "docs.tsv").write_text("".join(f"p{i}\t{row[1]}\nn{i}\t{row[2]}\n" for i, row in enumerate(rows)))
+    (tmp_path / "ids.tsv").write_text("".join(f"q{i}\tp{i}\tn{i}\n" for i in range(len(rows))))
+    (tmp_path / "teacher.jsonl").write_text("".join(
+        json.dumps({"qid": f"q{i}", "pid": f"{kind}{i}", "score": score}) + "\n"
+        for i in range(len(rows)) for kind, score in (("p", 6.0), ("n", 1.0))))
+    data = {"format": "id_triplets", "path": str(tmp_path / "ids.tsv"), "queries": str(tmp_path / "queries.tsv"),
+            "collection": str(tmp_path / "docs.tsv"), "teacher": str(tmp_path / "teacher.jsonl")}
+    config = tiny_config(tiny_bert, triplets_file, data=data, loss={"name": loss}, **LEARN,
+                         regularizer={"lambda_q": 0.0, "lambda_d": 0.0})
+    losses = [r["ranking_loss"] for r in read_metrics(train(config, tmp_path / "run"))]
+    assert mean(losses[-4:]) < 0.7 * mean(losses[:4])
+
+
+def test_bf16_autocast_trains(tiny_bert, triplets_file, tmp_path):
+    runs = [read_metrics(train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2, "bf16": bf16}),
+                               tmp_path / f"bf16-{bf16}")) for bf16 in (False, True)]
+    assert all(math.isfinite(r["loss"]) for r in runs[1])
+    assert runs[1][0]["loss"] == pytest.approx(runs[0][0]["loss"], rel=0.05) and runs[1][0]["loss"] != runs[0][0]["loss"]
+
+
+def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
+    """Accumulating 2 micro-batches (cached representations) = one batch: same losses, same weights."""
+    runs = {}
+    for accumulation in (1, 2):
+        config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 3, "accumulation": accumulation},
+                             regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0})
+        runs[accumulation] = train(config, tmp_path / f"acc{accumulation}")
+    one, two = (read_metrics(runs[a]) for a in (1, 2))
+    assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], abs=1e-5)
+    assert [r["grad_norm"] for r in two] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
+    weights = [load_file(runs[a] / "model" / "model.safetensors") for a in (1, 2)]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
+
+
+def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
+    """With dropout on, the two passes of accumulation see the same masks: the gradient equals the one of
+    encoding both micro-batches with a graph in one go (same RNG sequence)."""
+    config = tiny_config(tiny_bert, triplets_file, optimization={"accumulation": 2})
+    examples = load_training_set(config.data).batch(1, 4, 1, seed=0)
+    alone = Processes(rank=0, world_size=1, device=torch.device("cpu"))
+    grads = []
+    for cached in (True, False):
+        encoder = SparseEncoder.from_pretrained(tiny_bert).train()
+        torch.manual_seed(5)
+        if cached:
+            forward_backward(encoder, [examples[:2], examples[2:]], None, (0.1, 0.1), config, alone)
+        else:
+            reps = [encode_examples(encoder, micro, config, alone.device) for micro in (examples[:2], examples[2:])]
+            total, _ = objective(*(torch.cat(parts) for parts in zip(*reps)), None, (0.1, 0.1), config)
+            total.backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in encoder.parameters() if p.grad is not None]))
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
+
+
+def test_k_is_applied_once_at_init_and_recorded(tiny_bert, triplets_file, tmp_path):
+    config = tiny_config(tiny_bert, triplets_file, rescale={"k": 4}, optimization={"steps": 4, "lr": 1e-12},
+                         logging={"checkpoint_every": 2})
+    output = train(config, tmp_path / "k4")
+    original = vocab_projection(SparseEncoder.from_pretrained(tiny_bert).model).weight
+    for folder in (output / "model", checkpoints(output)[-1] / "model"):
+        trained = SparseEncoder.from_pretrained(folder)
+        assert json.loads((folder / "spladekit.json").read_text())["rescale"]["k"] == 4.0
+        # lr ~ 0: the head is the original / 4, not / 16 (applied once, also through the checkpoint)
+        torch.testing.assert_close(vocab_projection(trained.model).weight, original / 4, atol=1e-6, rtol=1e-5)
+    assert yaml.safe_load((output / "config.yaml").read_text())["rescale"]["k"] == 4.0
+
+
+def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path, caplog):
+    inflated = build_tiny_model("bert", tmp_path / "inflated", head_scale=16.0)
+    config = tiny_config(inflated, triplets_file, rescale={"k": "auto", "auto_pairs": 8}, optimization={"steps": 1})
+    with caplog.at_level(logging.INFO, logger="spladekit"):
+        output = train(config, tmp_path / "auto")
+    encoder = SparseEncoder.from_pretrained(inflated)
+    groups = [line.split("\t") for line in triplets_file.read_text().splitlines()[:8]]
+    expected = diagnose(encoder, [(q, p) for q, p, *_ in groups], max_length=16).recommended_k
+    assert expected > 1  # the inflated head needs rescaling
+    saved = yaml.safe_load((output / "config.yaml").read_text())
+    assert saved["rescale"]["k"] == expected and (output / "config.yaml").read_text().startswith("# rescale.k was 'auto'")
+    assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"]["k"] == expected
+    assert f"rescale.k: auto resolved to {expected:g}" in caplog.text
+
+
+def test_evaluation_hook_calls_evaluate_and_leaves_training_unchanged(tiny_bert, triplets_file, tmp_path):
+    plain = train(tiny_config(tiny_bert, triplets_file), tmp_path / "plain")
+    collection = write_beir(tmp_path / "collection")
+    evaluated = train(tiny_config(tiny_bert, triplets_file, evaluation={"data": str(collection), "every": 4}),
+                      tmp_path / "evaluated")
+    results = read_metrics(evaluated, "evaluation.jsonl")
+    assert [r["step"] for r in results] == [4, 6]
+    assert all(0.0 <= r["nDCG@10"] <= 1.0 and r["queries"] == 4 for r in results)
+    assert without_timing(read_metrics(evaluated)) == without_timing(read_metrics(plain))
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_bert, triplets_file, tmp_path):
+    config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 8, "lr": 1e30, "warmup_steps": 0,
+                                                                 "max_grad_norm": None},
+                         logging={"checkpoint_every": 1})
+    with pytest.raises(TrainingStopped, match=r"non-finite .* at step (\d+); the model was not updated") as caught:
+        train(config, tmp_path / "nan")
+    kept = checkpoints(tmp_path / "nan")
+    assert kept and f"Last good checkpoint: {kept[-1]}" in str(caught.value)
+    weights = load_file(kept[-1] / "model" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in weights.values())
+    assert not (tmp_path / "nan" / "model").exists()
+
+
+def test_collapse_detector_conditions():
+    detector = CollapseDetector(vocab_size=100, patience=2)
+    healthy = {"loss": 1.0, "q_nnz": 10, "d_nnz": 20}
+    assert detector.update(healthy) is None
+    assert detector.update({**healthy, "q_nnz": 0.5}) is None
+    assert detector.update({**healthy, "q_nnz": 0.2}).startswith("vanishing")
+    assert detector.update({**healthy, "q_nnz": 0.1}) is None  # reported once per episode
+    assert detector.update({**healthy, "d_nnz": 60}) is None
+    assert detector.update({**healthy, "d_nnz": 70}).startswith("saturation")
+    assert detector.update({**healthy, "loss": 50.0}) is None
+    assert "explosion" in detector.update({**healthy, "loss": 60.0})
+
+
+def test_stop_on_collapse(tiny_bert, triplets_file, tmp_path):
+    # the random tiny head activates most of its 160-term vocabulary: saturation
+    config = tiny_config(tiny_bert, triplets_file, logging={"stop_on_collapse": True, "collapse_patience": 2})
+    with pytest.raises(TrainingStopped, match="stopped on collapse at step 2: saturation"):
+        train(config, tmp_path / "collapse")
+
+
+def test_resume_refuses_a_different_config(tiny_bert, triplets_file, tmp_path):
+    output = train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4}), tmp_path / "run")
+    with pytest.raises(SpladekitError, match=r"optimization.lr changed"):
+        train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4, "lr": 0.5}), output, resume=True)
+    with pytest.raises(SpladekitError, match="output already exists"):
+        train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4}), output)
+
+
+def without_timing(records):
+    return [{k: v for k, v in record.items() if k != "examples_per_s"} for record in records]
+
+
+@pytest.mark.slow
+def test_resume_after_kill_9_reproduces_the_uninterrupted_losses(tiny_bert, tmp_path):
+    """kill -9 a CLI run after its first checkpoint, resume it: metrics equal an uninterrupted run's."""
+    triplets = write_triplets(tmp_path / "t.tsv", negatives=2)
+    sections = {"optimization": {"steps": 24, "lr": 3e-3, "warmup_steps": 2}, "data": {"negatives": 2},
+                "regularizer": {"lambda_q": 0.01, "lambda_d": 0.01, "warmup_steps": 20},
+                "backbone": {"dropout": True}, "logging": {"checkpoint_every": 4}}
+    config = tiny_config(tiny_bert, triplets, **sections)
+    reference = read_metrics(train(config, tmp_path / "reference"))
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config.to_dict()))
+    command = [sys.executable, "-m", "spladekit", "train", str(config_file), "--output", str(tmp_path / "killed")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while not checkpoints(tmp_path / "killed") and process.poll() is None:
+        time.sleep(0.01)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read()
+    interrupted = read_metrics(tmp_path / "killed")
+    assert len(interrupted) < 24 and not (tmp_path / "killed" / "model").exists()
+    resumed = subprocess.run(command + ["--resume"], capture_output=True, text=True, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert without_timing(read_metrics(tmp_path / "killed")) == without_timing(reference)

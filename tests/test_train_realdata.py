@@ -1,0 +1,50 @@
+"""Real data (../shared): fine-tune splade-tiny-msmarco on SciFact triplets for a few steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import shared_path
+
+from spladekit import SparseEncoder
+from spladekit.data.training import load_training_set
+from spladekit.train import train
+from spladekit.train.config import DataConfig, config_from_dict
+from spladekit.train.monitors import read_metrics
+
+pytestmark = pytest.mark.realdata
+
+
+def test_scifact_id_triplets_resolve_to_the_text_triplets():
+    folder = shared_path("data", "scifact")
+    by_ids = load_training_set(DataConfig(format="id_triplets", path=str(folder / "triplets-train-ids.tsv"), header=True,
+                                          columns=3, queries=str(folder / "queries.jsonl"),
+                                          collection=str(folder / "corpus.jsonl"), limit=40))
+    by_text = load_training_set(DataConfig(path=str(folder / "triplets-train.tsv"), limit=40))
+    assert len(by_ids) == len(by_text) == 10  # 4 BM25 negatives per (claim, cited abstract)
+    for ids, texts in zip(by_ids.groups, by_text.groups):
+        assert by_ids.queries[ids.query] == texts.query
+        assert by_ids.documents[ids.positive] == texts.positive
+        assert [by_ids.documents[n] for n in ids.negatives] == list(texts.negatives)
+
+
+def test_fine_tune_splade_tiny_on_scifact(tmp_path):
+    model = shared_path("models", "splade-tiny-msmarco")
+    triplets = shared_path("data", "scifact", "triplets-train.tsv")
+    config = config_from_dict({
+        "backbone": {"id": str(model)},
+        "data": {"path": str(triplets), "limit": 64, "query_max_length": 24, "doc_max_length": 48},
+        "optimization": {"steps": 3, "batch_size": 4, "lr": 5e-5, "warmup_steps": 1},
+        "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
+        "logging": {"every": 1, "checkpoint_every": 2, "progress": False},
+    })
+    output = train(config, tmp_path / "run")
+    records = read_metrics(output)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(math.isfinite(r["loss"]) and 0 < r["q_nnz"] < 30522 and 0 < r["d_nnz"] < 30522 for r in records)
+    assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"] is None
+    assert sorted(p.name for p in (output / "plots").iterdir()) == ["head_norm.png", "lambda.png", "loss.png", "nnz.png"]
+    vectors = SparseEncoder.from_pretrained(output / "model").encode(["vitamin d and bone health"], show_progress=False)
+    assert 0 < vectors.nnz < 200

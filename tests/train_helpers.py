@@ -1,0 +1,57 @@
+"""Shared pieces of the training tests: a tiny BERT, synthetic topical triplets, a small config."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from tiny_models import WORDS, build_tiny_model
+
+from spladekit.train.config import config_from_dict
+
+TOPICS = [WORDS[start:start + 6] for start in range(5, 89, 6)]  # 14 disjoint six-word topics
+
+
+def write_triplets(path: Path, per_topic: int = 3, negatives: int = 1, seed: int = 0) -> Path:
+    """query<TAB>positive<TAB>negative… lines: the positive shares the query's topic, negatives do not."""
+    rng = random.Random(seed)
+    lines = []
+    for index, topic in enumerate(TOPICS):
+        for _ in range(per_topic):
+            query = " ".join(rng.sample(topic, 3))
+            positive = " ".join(rng.sample(topic, 5) + rng.sample(WORDS, 2))
+            others = [TOPICS[(index + rng.randrange(1, len(TOPICS))) % len(TOPICS)] for _ in range(negatives)]
+            lines.append("\t".join([query, positive] + [" ".join(rng.sample(o, 5) + rng.sample(WORDS, 2)) for o in others]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _tiny_bert(tmp_path_factory) -> Path:
+    return build_tiny_model("bert", tmp_path_factory.mktemp("train-models") / "bert")
+
+
+def _triplets_file(tmp_path_factory) -> Path:
+    return write_triplets(tmp_path_factory.mktemp("train-data") / "triplets.tsv")
+
+
+# fixtures for the test modules to bind: ``tiny_bert = TINY_BERT`` (a tiny BERT folder), ``triplets_file = TRIPLETS``
+TINY_BERT = pytest.fixture(scope="module", name="tiny_bert")(_tiny_bert)
+TRIPLETS = pytest.fixture(scope="module", name="triplets_file")(_triplets_file)
+
+
+def tiny_config(model: Path, triplets: Path, **sections):
+    """A fast config (short texts, batch 4, no progress bar); ``sections`` update its sections."""
+    values = {
+        "backbone": {"id": str(model), "dropout": False},
+        "data": {"path": str(triplets), "query_max_length": 12, "doc_max_length": 16},
+        "optimization": {"steps": 6, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
+        "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 3},
+        "logging": {"every": 1, "checkpoint_every": 3, "progress": False, "plots": False},
+    }
+    for section, updates in sections.items():
+        if isinstance(updates, dict):
+            values.setdefault(section, {}).update(updates)
+        else:
+            values[section] = updates
+    return config_from_dict(values)
