@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from pathlib import Path
@@ -15,22 +16,33 @@ from tqdm.auto import tqdm
 from spladekit.backbone import Backbone, load_backbone, projection_bypassed
 from spladekit.errors import SpladekitError
 from spladekit.files import atomic_directory
-from spladekit.pooling import splade_max_pool
+from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from spladekit.sparse import dense_to_csr
 
 METADATA_FILE = "spladekit.json"
 DEFAULT_MAX_LENGTH = 256
+# SPLADE max pooling implementations (same values and gradients; see spladekit.pooling).
+POOLINGS = {
+    "fused": splade_max_pool_fused,
+    "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
+    "naive": splade_max_pool,
+}
 
 
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
     ``forward`` returns differentiable B × V vectors (training); ``encode`` returns a CSR matrix
-    (inference, length-sorted batches, ``torch.inference_mode``).
+    (inference, length-sorted batches, ``torch.inference_mode``). ``pooling`` picks the head:
+    ``"fused"`` (default: chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
+    screens the terms, fp32 recomputes the candidates) or ``"naive"`` (materializes B × L × V logits).
     """
 
-    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH):
+    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused"):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
         self.model = backbone.model
         self.tokenizer = backbone.tokenizer
         self.source = backbone.source
@@ -50,14 +62,20 @@ class SparseEncoder(nn.Module):
         trust_remote_code: bool = False,
         device: str | None = None,
         max_length: int | None = None,
+        pooling: str = "fused",
     ) -> SparseEncoder:
-        """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``)."""
+        """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``).
+
+        ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`).
+        """
         from spladekit.head import rescale, rescale_record
 
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata_path = Path(backbone.source) / METADATA_FILE
         metadata = json.loads(metadata_path.read_text()) if metadata_path.is_file() else {}
-        encoder = cls(backbone, max_length=max_length or metadata.get("max_length", DEFAULT_MAX_LENGTH))
+        max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
+                      or DEFAULT_MAX_LENGTH)
+        encoder = cls(backbone, max_length=max_length, pooling=pooling)
         if rescale_k is not None:
             applied = rescale_record(encoder.model)
             wanted = {"k": float(rescale_k), "mode": rescale_mode, "rescale_bias": rescale_bias}
@@ -74,6 +92,7 @@ class SparseEncoder(nn.Module):
         """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically."""
         from spladekit import __version__
         from spladekit.head import rescale_record
+        from spladekit.model_card import write_model_card
 
         with atomic_directory(directory, overwrite=overwrite) as staging:
             self.model.save_pretrained(staging, safe_serialization=True)
@@ -86,6 +105,7 @@ class SparseEncoder(nn.Module):
                 "pooling": "max log(1 + relu(logits)) over non-padding tokens",
             }
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+            write_model_card(staging, self, name=directory)
         return Path(directory)
 
     # ----------------------------------------------------------------- properties
@@ -119,7 +139,7 @@ class SparseEncoder(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable SPLADE vectors, B × V."""
         hidden, projection = self.head_inputs(batch)
-        return splade_max_pool(hidden, projection.weight, projection.bias, batch["attention_mask"])
+        return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, batch["attention_mask"])
 
     def encode(
         self,

@@ -1,0 +1,332 @@
+"""Side-by-side speed and memory of the SPLADE head: spladekit fused / fused-bf16 / naive vs sentence-transformers.
+
+Same model folder, same texts (SciFact corpus, title + " " + text, the first --docs documents), same
+max length, batch size and thread count for every configuration. Timings are interleaved batch by
+batch (encoding) or step by step (training) inside one process, so load from other processes on a
+shared machine hits every configuration alike; report the ratios. Peak memory is measured per
+configuration in its own fresh subprocess (same imports, same model) as ``ru_maxrss`` (peak resident
+set, which counts torch's CPU allocations, unlike tracemalloc), next to the RSS right after loading.
+
+    python benchmarks/encode_train_bench.py --output bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+ENCODE_CONFIGS = ("sentence-transformers", "naive", "fused", "fused-bf16")
+TRAIN_CONFIGS = ("sentence-transformers", "naive", "fused")
+CHUNK_SIZES = (128, 256, 512, 1024, 2048, 4096)
+LAMBDA = 1e-3  # FLOPS regularizer weight, queries and documents, both sides
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+# ----------------------------------------------------------------------------------- data
+def read_docs(path: Path, count: int) -> list[str]:
+    with path.open() as lines:
+        return [f"{row['title']} {row['text']}" for row in map(json.loads, itertools.islice(lines, count))]
+
+
+def read_triplets(path: Path, count: int) -> list[tuple[str, str, str]]:
+    with path.open() as lines:
+        return [tuple(line.rstrip("\n").split("\t")[:3]) for line in itertools.islice(lines, count)]
+
+
+# ----------------------------------------------------------------------------------- models
+def load_st(model: Path, max_length: int):
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sparse_encoder import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    mlm = Transformer(str(model), transformer_task="fill-mask", max_seq_length=max_length)
+    return SparseEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu")
+
+
+def load_ours(model: Path, pooling: str, max_length: int):
+    from spladekit import SparseEncoder
+
+    return SparseEncoder.from_pretrained(model, pooling=pooling, max_length=max_length)
+
+
+def encoder_for(config: str, args):
+    if config == "sentence-transformers":
+        return load_st(args.model, args.max_length)
+    return load_ours(args.model, config, args.max_length)
+
+
+def encode(config: str, model, texts: list[str], batch_size: int):
+    if config == "sentence-transformers":
+        return model.encode(texts, batch_size=batch_size, show_progress_bar=False)
+    return model.encode(texts, batch_size=batch_size, show_progress=False)
+
+
+def to_dense(config: str, vectors) -> np.ndarray:
+    if config == "sentence-transformers":
+        return vectors.to_dense().numpy()
+    return vectors.toarray()
+
+
+# ----------------------------------------------------------------------------------- training
+def flops(vectors: torch.Tensor) -> torch.Tensor:
+    """FLOPS regularizer (Paria et al. 2020, used by SPLADE v2): Σ_v (mean_batch |x_v|)²."""
+    return (vectors.abs().mean(0) ** 2).sum()
+
+
+class Trainer:
+    """One configuration's model + AdamW; ``step`` = forward, loss, backward, optimizer step."""
+
+    def __init__(self, config: str, args):
+        torch.manual_seed(0)
+        self.config = config
+        self.model = encoder_for(config, args)
+        self.model.train()
+        if config == "sentence-transformers":
+            from sentence_transformers.sparse_encoder.losses import (
+                SparseMultipleNegativesRankingLoss,
+                SpladeLoss,
+            )
+
+            self.loss = SpladeLoss(
+                self.model,
+                SparseMultipleNegativesRankingLoss(self.model),
+                document_regularizer_weight=LAMBDA,
+                query_regularizer_weight=LAMBDA,
+            )
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=2e-5)
+
+    def step(self, triplets) -> float:
+        queries, positives, negatives = (list(column) for column in zip(*triplets))
+        if self.config == "sentence-transformers":
+            features = [self.model.tokenize(texts) for texts in (queries, positives, negatives)]
+            loss = sum(self.loss(features, None).values())
+        else:
+            q = self.model(self.model.tokenize(queries))
+            d = self.model(self.model.tokenize(positives + negatives))
+            ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(queries)))
+            loss = ranking + LAMBDA * flops(q) + LAMBDA * flops(d)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss)
+
+
+# ----------------------------------------------------------------------------------- measurements
+def timed(function, *args):
+    start = time.perf_counter()
+    result = function(*args)
+    return time.perf_counter() - start, result
+
+
+def measure_encoding(args, docs):
+    """Docs/s per configuration, interleaved batch by batch, and agreement with the naive fp32 vectors."""
+    models = {config: encoder_for(config, args) for config in ENCODE_CONFIGS}
+    seconds = dict.fromkeys(ENCODE_CONFIGS, 0.0)
+    outputs = {config: [] for config in ENCODE_CONFIGS}
+    for config in ENCODE_CONFIGS:  # warm-up
+        encode(config, models[config], docs[: args.batch_size], args.batch_size)
+    for start in range(0, len(docs), args.batch_size):
+        chunk = docs[start : start + args.batch_size]
+        for config in ENCODE_CONFIGS:
+            elapsed, vectors = timed(encode, config, models[config], chunk, args.batch_size)
+            seconds[config] += elapsed
+            outputs[config].append(to_dense(config, vectors))
+    dense = {config: np.vstack(blocks) for config, blocks in outputs.items()}
+    reference = dense["naive"]
+    agreement = {
+        config: {
+            "max_abs_diff": float(np.abs(values - reference).max()),
+            "values_off_by_more_than_1e-3": int((np.abs(values - reference) > 1e-3).sum()),
+            "nonzero_set_mismatches": int(((values > 0) != (reference > 0)).sum()),
+            "reference_nnz": int((reference > 0).sum()),
+        }
+        for config, values in dense.items()
+    }
+    return {config: len(docs) / seconds[config] for config in ENCODE_CONFIGS}, agreement
+
+
+def measure_training(args, triplets):
+    trainers = {config: Trainer(config, args) for config in TRAIN_CONFIGS}
+    batches = [triplets[i : i + args.train_batch] for i in range(0, len(triplets), args.train_batch)]
+    for config in TRAIN_CONFIGS:  # warm-up step
+        trainers[config].step(batches[0])
+    seconds = dict.fromkeys(TRAIN_CONFIGS, 0.0)
+    for batch in batches[1 : args.train_steps + 1]:
+        for config in TRAIN_CONFIGS:
+            elapsed, _ = timed(trainers[config].step, batch)
+            seconds[config] += elapsed
+    return {config: args.train_steps / seconds[config] for config in TRAIN_CONFIGS}
+
+
+def gemm_gflops(dtype, size=2048, repeats=5) -> float:
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def measure_head(args, docs):
+    """Pooling alone on one batch of real projection inputs: chunk-size sweep and GFLOP/s vs GEMM peak."""
+    from spladekit.pooling import splade_max_pool, splade_max_pool_fused
+
+    model = load_ours(args.model, "fused", args.max_length)
+    batch = model.tokenize(docs[: args.batch_size])
+    with torch.no_grad():
+        hidden, projection = model.head_inputs(batch)
+    weight, bias, mask = projection.weight, projection.bias, batch["attention_mask"]
+    work = 2 * hidden.shape[0] * hidden.shape[1] * weight.shape[0] * weight.shape[1]
+
+    def inference(chunk_size, dtype=None):
+        with torch.inference_mode():
+            splade_max_pool_fused(hidden, weight, bias, mask, chunk_size=chunk_size, search_dtype=dtype)
+
+    def training(chunk_size):
+        h = hidden.detach().requires_grad_()
+        splade_max_pool_fused(h, weight, bias, mask, chunk_size=chunk_size).sum().backward()
+
+    def naive_inference():
+        with torch.inference_mode():
+            splade_max_pool(hidden, weight, bias, mask)
+
+    cases = {}
+    for chunk_size in CHUNK_SIZES:
+        cases[f"fused fp32 c={chunk_size}"] = lambda c=chunk_size: inference(c)
+        cases[f"fused bf16 c={chunk_size}"] = lambda c=chunk_size: inference(c, torch.bfloat16)
+        cases[f"fused fp32 fwd+bwd c={chunk_size}"] = lambda c=chunk_size: training(c)
+    cases["naive fp32"] = naive_inference
+    best = {name: float("inf") for name in cases}
+    for _ in range(args.head_repeats):  # interleaved; best of n is the least disturbed run
+        for name, case in cases.items():
+            best[name] = min(best[name], timed(case)[0])
+    peaks = {"fp32": gemm_gflops(torch.float32), "bf16": gemm_gflops(torch.bfloat16)}
+    return {
+        "seconds": best,
+        "gflops": {name: work / seconds / 1e9 for name, seconds in best.items()},
+        "gemm_peak_gflops": peaks,
+        "tokens": int(hidden.shape[0] * hidden.shape[1]),
+    }
+
+
+def worker(args) -> None:
+    """Peak memory of one configuration in this fresh process; prints one JSON line."""
+    import sentence_transformers  # noqa: F401  same imports for every configuration
+
+    import spladekit  # noqa: F401
+
+    mode, config = args.worker.split(":")
+    if mode == "encode":
+        docs = read_docs(args.corpus, args.memory_batches * args.batch_size)
+        model = encoder_for(config, args)
+        loaded = rss_mb()
+        for start in range(0, len(docs), args.batch_size):
+            encode(config, model, docs[start : start + args.batch_size], args.batch_size)
+    else:
+        triplets = read_triplets(args.triplets, args.memory_batches * args.train_batch)
+        trainer = Trainer(config, args)
+        loaded = rss_mb()
+        for start in range(0, len(triplets), args.train_batch):
+            trainer.step(triplets[start : start + args.train_batch])
+    print(json.dumps({"after_load_mb": loaded, "peak_mb": peak_rss_mb()}))
+
+
+def measure_memory(args) -> dict:
+    results = {}
+    for mode, configs in (("encode", ENCODE_CONFIGS), ("train", TRAIN_CONFIGS)):
+        for config in configs:
+            command = [sys.executable, __file__, "--worker", f"{mode}:{config}", *args.passthrough]
+            output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            results[f"{mode}:{config}"] = json.loads(output.strip().splitlines()[-1])
+    return results
+
+
+# ----------------------------------------------------------------------------------- report
+def markdown(report: dict) -> str:
+    enc, train, mem, head = report["encode_docs_per_s"], report["train_steps_per_s"], report["memory"], report["head"]
+    st_enc, st_train = enc["sentence-transformers"], train["sentence-transformers"]
+    lines = [
+        "| task | configuration | speed | × sentence-transformers | peak RSS MB | × ST | RSS growth after load MB | × ST |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, speeds, unit, reference in (("encode", enc, "docs/s", st_enc), ("train", train, "steps/s", st_train)):
+        st_mem = mem[f"{mode}:sentence-transformers"]
+        for config, speed in speeds.items():
+            m = mem[f"{mode}:{config}"]
+            growth, st_growth = m["peak_mb"] - m["after_load_mb"], st_mem["peak_mb"] - st_mem["after_load_mb"]
+            lines.append(
+                f"| {mode} | {config} | {speed:.2f} {unit} | {speed / reference:.2f}× | {m['peak_mb']:.0f} | "
+                f"{m['peak_mb'] / st_mem['peak_mb']:.2f}× | {growth:.0f} | {growth / st_growth:.2f}× |"
+            )
+    lines += ["", "| head alone (one batch) | seconds | GFLOP/s | fraction of GEMM peak |", "|---|---|---|---|"]
+    for name, seconds in head["seconds"].items():
+        peak = head["gemm_peak_gflops"]["bf16" if "bf16" in name else "fp32"]
+        gflops = head["gflops"][name]
+        lines.append(f"| {name} | {seconds:.3f} | {gflops:.0f} | {gflops / peak:.2f} |")
+    peaks = head["gemm_peak_gflops"]
+    lines.append(f"\nGEMM peak (2048³): fp32 {peaks['fp32']:.0f} GFLOP/s, bf16 {peaks['bf16']:.0f} GFLOP/s.")
+    lines += ["", "| agreement with naive fp32 | max abs diff | values off by > 1e-3 | non-zero set mismatches | naive nnz |",
+              "|---|---|---|---|---|"]
+    for config, a in report["agreement"].items():
+        lines.append(f"| {config} | {a['max_abs_diff']:.2e} | {a['values_off_by_more_than_1e-3']} | "
+                     f"{a['nonzero_set_mismatches']} | {a['reference_nnz']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=SHARED / "models" / "splade-tiny-msmarco")
+    parser.add_argument("--corpus", type=Path, default=SHARED / "data" / "scifact" / "corpus.jsonl")
+    parser.add_argument("--triplets", type=Path, default=SHARED / "data" / "scifact" / "triplets-train.tsv")
+    parser.add_argument("--docs", type=int, default=512, help="first N corpus documents to encode")
+    parser.add_argument("--batch-size", type=int, default=32, help="encoding batch size")
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--train-batch", type=int, default=8, help="triplets per training step")
+    parser.add_argument("--train-steps", type=int, default=6, help="timed steps (after one warm-up step)")
+    parser.add_argument("--head-repeats", type=int, default=3)
+    parser.add_argument("--memory-batches", type=int, default=2, help="batches/steps run by each memory subprocess")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output", type=Path, help="write the JSON report here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    args.passthrough = [
+        f"--{name}={getattr(args, name.replace('-', '_'))}"
+        for name in ("model", "corpus", "triplets", "batch-size", "max-length", "train-batch", "memory-batches", "threads")
+    ]
+    if args.worker:
+        worker(args)
+        return
+    docs = read_docs(args.corpus, args.docs)
+    triplets = read_triplets(args.triplets, args.train_batch * (args.train_steps + 1))
+    report = {"command": " ".join(sys.argv), "threads": args.threads, "docs": len(docs)}
+    report["memory"] = measure_memory(args)
+    report["head"] = measure_head(args, docs)
+    report["encode_docs_per_s"], report["agreement"] = measure_encoding(args, docs)
+    report["train_steps_per_s"] = measure_training(args, triplets)
+    if args.output:
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()
