@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from spladekit.errors import SpladekitError
+from spladekit.interop import resolve_model_folder
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class Backbone:
     tokenizer: object
     source: str
     fresh_keys: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.interop), e.g. max_length
 
 
 def _looks_local(path_or_id: str) -> bool:
@@ -58,8 +60,10 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     source = str(path_or_id)
+    settings = {}
     if _looks_local(source):
-        path = Path(source).expanduser()
+        resolved = resolve_model_folder(Path(source).expanduser())  # sentence-transformers / naver folders
+        path, settings = resolved.path, dict(resolved.settings)
         _check_local_folder(path)
         source = str(path)
     previous = transformers.logging.get_verbosity()
@@ -89,7 +93,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     if device is not None:
         model.to(device)
     vocab_projection(model)  # fail now, not at encode time, if there is no usable projection
-    return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh)
+    return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh, settings=settings)
 
 
 def vocab_projection(model: nn.Module) -> nn.Linear:

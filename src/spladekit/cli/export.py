@@ -1,0 +1,120 @@
+"""export: a model to sentence-transformers, or encoded vectors to Qdrant / OpenSearch / Elasticsearch."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, emit
+from spladekit.errors import SpladekitError
+
+
+class ExportFormat(str, Enum):
+    sentence_transformers = "sentence-transformers"
+    qdrant = "qdrant"
+    opensearch = "opensearch"
+    elasticsearch = "elasticsearch"
+
+
+def _vectors(folder: Path):
+    from spladekit.sparse import load_vectors
+
+    return load_vectors(folder)
+
+
+def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
+                           trust_remote_code: bool) -> dict:
+    from spladekit.encoder import SparseEncoder
+    from spladekit.export import export_sentence_transformers
+    from spladekit.files import check_new_output
+
+    check_new_output(output, overwrite)
+    encoder = SparseEncoder.from_pretrained(source, trust_remote_code=trust_remote_code, max_length=max_length)
+    export_sentence_transformers(encoder, output, overwrite=overwrite, trust_remote_code=trust_remote_code)
+    return {"format": "sentence-transformers", "model": source, "output": str(output),
+            "max_length": encoder.max_length, "vocab_size": encoder.vocab_size}
+
+
+def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path: Optional[Path], collection: str,
+            vector_name: str, recreate: bool, overwrite: bool) -> dict:
+    from spladekit.export import export_qdrant
+
+    if output is None and url is None and qdrant_path is None:
+        raise SpladekitError("--format qdrant needs --url (server), --qdrant-path (local storage) or --output "
+                             "(spladekit index folder)")
+    vectors, ids, _ = _vectors(Path(source))
+    return export_qdrant(vectors, ids, url=url, qdrant_path=qdrant_path, output=output, collection=collection,
+                         vector_name=vector_name, recreate=recreate, overwrite=overwrite)
+
+
+def _search_engine(source: str, engine: str, output: Optional[Path], model: Optional[str], queries: Optional[Path],
+                   field_type: Optional[str], index: str, field: str, top_k: Optional[int],
+                   quantize: Optional[float], overwrite: bool, trust_remote_code: bool) -> dict:
+    from spladekit.export import export_search_engine
+    from spladekit.export.search_engine import vocabulary_tokens
+    from spladekit.files import check_new_output
+
+    if output is None:
+        raise SpladekitError(f"--format {engine} needs --output (folder for the NDJSON, mapping and query)")
+    check_new_output(output, overwrite)
+    vectors, ids, meta = _vectors(Path(source))
+    model = model or meta.get("model")
+    if not model:
+        raise SpladekitError(f"{source}: meta.json names no model; pass --model for the token strings")
+    query_pair = None
+    if queries is not None:
+        query_vectors, query_ids, _ = _vectors(queries)
+        query_pair = (query_vectors, query_ids)
+    tokens = vocabulary_tokens(model, vectors.shape[1], trust_remote_code=trust_remote_code)
+    return export_search_engine(vectors, ids, tokens, output, engine=engine, field_type=field_type, index=index,
+                                field=field, top_k=top_k, scale=quantize, queries=query_pair, overwrite=overwrite)
+
+
+@app.command()
+def export(
+    source: str = typer.Argument(..., help="sentence-transformers: a model (hub id or folder spladekit loads). "
+                                 "qdrant/opensearch/elasticsearch: a vectors folder written by `spladekit encode`."),
+    fmt: ExportFormat = typer.Option(..., "--format", "-f", help="What to write (see SOURCE)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write (atomically): the "
+                                          "sentence-transformers model; the NDJSON + mapping + query for "
+                                          "opensearch/elasticsearch; a spladekit index folder for qdrant."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="sentence-transformers: token limit written "
+                                             "into the folder (default: the model's, else 256)."),
+    url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),
+    qdrant_path: Optional[Path] = typer.Option(None, help="qdrant: qdrant-client local storage folder "
+                                               "(QdrantClient(path=...)) to upload into."),
+    collection: str = typer.Option("spladekit", help="qdrant: collection name."),
+    vector_name: str = typer.Option("splade", help="qdrant: name of the sparse vector in the collection."),
+    recreate: bool = typer.Option(False, help="qdrant: replace an existing collection of that name."),
+    model: Optional[str] = typer.Option(None, help="opensearch/elasticsearch: model whose tokenizer names the "
+                                        "features (default: the model recorded in the vectors' meta.json)."),
+    queries: Optional[Path] = typer.Option(None, help="opensearch/elasticsearch: query vectors folder; writes "
+                                           "queries.jsonl with one query DSL per query."),
+    field_type: Optional[str] = typer.Option(None, help="opensearch: rank_features; elasticsearch: "
+                                             "sparse_vector (8.11+, default) or rank_features."),
+    index: str = typer.Option("spladekit", help="opensearch/elasticsearch: index name in the bulk actions."),
+    field: str = typer.Option("splade", help="opensearch/elasticsearch: name of the vector field."),
+    top_k: Optional[int] = typer.Option(None, min=1, help="opensearch/elasticsearch: keep only the k heaviest "
+                                        "terms of each vector."),
+    quantize: Optional[float] = typer.Option(None, help="opensearch/elasticsearch: weights -> round(w x SCALE), "
+                                             "whole numbers (e.g. 100)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
+                                           "to run its own Python code."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a summary."),
+) -> None:
+    """Export a model to sentence-transformers, or encoded vectors to Qdrant, OpenSearch or Elasticsearch."""
+    if fmt is ExportFormat.sentence_transformers:
+        if output is None:
+            raise SpladekitError("--format sentence-transformers needs --output")
+        payload = _sentence_transformers(source, output, max_length, overwrite, trust_remote_code)
+    elif fmt is ExportFormat.qdrant:
+        payload = _qdrant(source, output, url, qdrant_path, collection, vector_name, recreate, overwrite)
+    else:
+        payload = _search_engine(source, fmt.value, output, model, queries, field_type, index, field, top_k,
+                                 quantize, overwrite, trust_remote_code)
+    emit(payload, as_json, None, f"exported {source} as {fmt.value} -> "
+         f"{payload.get('output') or payload.get('url') or payload.get('qdrant_path')}")

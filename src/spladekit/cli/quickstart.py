@@ -1,0 +1,38 @@
+"""quickstart: diagnose → rescale (auto-k) → short training → evaluate → plots and a summary table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from spladekit.cli.app import app, emit
+
+
+@app.command()
+def quickstart(
+    backbone: str = typer.Option("../shared/models/splade-tiny-msmarco", help="Hub id or folder of a masked-LM "
+                                 "model (default: the offline splade-tiny beside the repository)."),
+    data: Path = typer.Option(Path("../shared/data/scifact"), help="BEIR folder (corpus.jsonl, queries.jsonl, "
+                              "qrels/SPLIT.tsv) to evaluate on; also holds the training triplets by default."),
+    output: Path = typer.Option(Path("runs/quickstart"), "--output", "-o", help="Folder for diagnose.json, "
+                                "train/ (model, metrics, plots), summary.json and summary.md."),
+    steps: int = typer.Option(100, min=1, help="Training steps (batch 8, CPU-friendly)."),
+    triplets: Optional[Path] = typer.Option(None, help="Training triplets TSV (query<TAB>positive<TAB>negative…); "
+                                            "default: DATA/triplets-train.tsv."),
+    split: str = typer.Option("test", help="Qrels split of DATA to evaluate on."),
+    config: Optional[Path] = typer.Option(None, help="Base training YAML (e.g. configs/train-example.yaml); "
+                                          "backbone, data, steps and auto-k are set by the quickstart."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
+                                           "to run its own Python code."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
+) -> None:
+    """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
+    from spladekit.quickstart import quickstart as run_quickstart
+
+    summary = run_quickstart(backbone, data, output, steps=steps, triplets=triplets, split=split, config=config,
+                             trust_remote_code=trust_remote_code, overwrite=overwrite)
+    emit(summary, as_json, None, f"{summary['table']}\n\nrecommended k {summary['recommended_k']:g}, trained "
+         f"with k {summary['k']:g}; summary in {output / 'summary.md'}, plots in {summary['plots']}")

@@ -1,0 +1,40 @@
+"""Encoded vectors → a Qdrant collection with sparse vectors (server, local storage, or index folder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import scipy.sparse as sp
+
+from spladekit.files import check_new_output
+
+
+def export_qdrant(
+    vectors: sp.csr_matrix,
+    ids: list[str],
+    url: str | None = None,
+    qdrant_path: str | Path | None = None,
+    output: str | Path | None = None,
+    collection: str = "spladekit",
+    vector_name: str = "splade",
+    recreate: bool = False,
+    overwrite: bool = False,
+) -> dict:
+    """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into qdrant-client's
+    local storage at ``qdrant_path`` (in memory if neither); with ``output``, also save a spladekit index
+    folder (``spladekit search`` reads it with the qdrant backend)."""
+    from spladekit.index.qdrant import QdrantSearcher
+
+    if output is not None:
+        check_new_output(output, overwrite)
+    searcher = QdrantSearcher.build(vectors, doc_ids=ids, url=url, path=qdrant_path, collection=collection,
+                                    vector_name=vector_name, recreate=recreate)
+    try:
+        if output is not None:
+            searcher.save(output, meta={"exported_by": "spladekit export --format qdrant"}, overwrite=overwrite)
+        points = searcher.client.count(collection, exact=True).count
+    finally:
+        searcher.close()
+    return {"format": "qdrant", "collection": collection, "vector_name": vector_name, "points": points,
+            "url": url, "qdrant_path": None if qdrant_path is None else str(qdrant_path),
+            "output": None if output is None else str(output)}

@@ -1,0 +1,163 @@
+"""SPLADE vectors → OpenSearch / Elasticsearch: bulk NDJSON documents, index mapping and query DSL.
+
+Output folder (written atomically):
+
+* ``mapping.json``     body of ``PUT /<index>``: the vector field (``rank_features``, or ``sparse_vector``
+                       on Elasticsearch 8.11+) and a ``keyword`` ``doc_id``.
+* ``documents.ndjson`` body of ``POST /_bulk``: ``{"index": {"_index", "_id"}}`` then
+                       ``{"doc_id": …, "<field>": {feature: weight, …}}`` for every document.
+* ``query.json``       the query DSL, filled with the first query's vector (or a two-term example).
+* ``queries.jsonl``    with query vectors: one ``{"_id": query id, "query": DSL}`` per line.
+* ``export.json``      the settings used (engine, field type, pruning, quantization, escaping).
+
+Feature names are the backbone's token strings, escaped by :mod:`spladekit.export.feature_names` (no
+``.``). Weights are positive finite numbers (zeros dropped), as both field types require; the engines keep
+about 9 significant bits of each. Both query forms score by the plain dot product: ``rank_feature`` with
+the ``linear`` function and ``boost`` = query weight (summed in a ``bool``/``should``), or Elasticsearch's
+``sparse_vector`` query with ``query_vector``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from spladekit.errors import SpladekitError
+from spladekit.export.feature_names import escape_feature
+from spladekit.export.weights import prune_top_k, quantize
+from spladekit.files import atomic_directory
+
+# engine → accepted field types, the first being the default
+ENGINES = {"opensearch": ("rank_features",), "elasticsearch": ("sparse_vector", "rank_features")}
+SIGNIFICANT_DIGITS = 7  # float32 precision; the engines keep fewer bits anyway
+
+
+def _field_type(engine: str, field_type: str | None) -> str:
+    if engine not in ENGINES:
+        raise SpladekitError(f"engine must be one of {sorted(ENGINES)}, got {engine!r}")
+    chosen = field_type or ENGINES[engine][0]
+    if chosen not in ENGINES[engine]:
+        raise SpladekitError(f"{engine} supports field types {ENGINES[engine]}, not {chosen!r}")
+    return chosen
+
+
+def feature_names(tokens: list[str]) -> list[str]:
+    """Escaped feature name of every vocabulary id; refuses empty or duplicate names."""
+    names = [escape_feature(token) for token in tokens]
+    if any(not name for name in names):
+        raise SpladekitError(f"vocabulary id {names.index('')} has an empty token string: not a valid feature name")
+    if len(set(names)) != len(names):
+        raise SpladekitError("the vocabulary has duplicate token strings: feature names would collide")
+    return names
+
+
+def _weight(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def row_features(vectors: sp.csr_matrix, row: int, names: list[str]) -> dict[str, float]:
+    """{feature name: weight} of one row, positive finite weights only."""
+    start, end = vectors.indptr[row], vectors.indptr[row + 1]
+    return {
+        names[index]: _weight(value)
+        for index, value in zip(vectors.indices[start:end].tolist(), vectors.data[start:end].tolist())
+        if value > 0 and np.isfinite(value)
+    }
+
+
+def mapping(field: str, field_type: str) -> dict:
+    return {"mappings": {"properties": {"doc_id": {"type": "keyword"}, field: {"type": field_type}}}}
+
+
+def query_dsl(features: dict[str, float], field: str, field_type: str, size: int = 10) -> dict:
+    """Dot-product query over the vector field for one query vector ({feature name: weight})."""
+    if field_type == "sparse_vector":
+        return {"size": size, "query": {"sparse_vector": {"field": field, "query_vector": features}}}
+    clauses = [
+        {"rank_feature": {"field": f"{field}.{name}", "linear": {}, "boost": weight}}
+        for name, weight in features.items()
+    ]
+    return {"size": size, "query": {"bool": {"should": clauses}}}
+
+
+def _prepare(vectors: sp.csr_matrix, top_k: int | None, scale: float | None) -> sp.csr_matrix:
+    vectors = vectors.tocsr()
+    if top_k is not None:
+        vectors = prune_top_k(vectors, top_k)
+    if scale is not None:
+        vectors = quantize(vectors, scale)
+    return vectors
+
+
+def export_search_engine(
+    vectors: sp.csr_matrix,
+    ids: list[str],
+    tokens: list[str],
+    output: str | Path,
+    engine: str = "opensearch",
+    field_type: str | None = None,
+    index: str = "spladekit",
+    field: str = "splade",
+    top_k: int | None = None,
+    scale: float | None = None,
+    queries: tuple[sp.csr_matrix, list[str]] | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """Write the bulk NDJSON, mapping and query DSL for ``vectors`` (rows named by ``ids``).
+
+    ``tokens[v]`` is the token string of vocabulary id v; ``top_k`` keeps each document's (and query's)
+    k heaviest terms; ``scale`` quantizes weights to whole numbers ``round(w × scale)``.
+    """
+    field_type = _field_type(engine, field_type)
+    if "." in field or not field:
+        raise SpladekitError(f"field name {field!r}: must be non-empty and without '.'")
+    if vectors.shape[1] != len(tokens):
+        raise SpladekitError(f"vectors have {vectors.shape[1]} dimensions but the vocabulary has {len(tokens)} tokens")
+    names = feature_names(tokens)
+    documents = _prepare(vectors, top_k, scale)
+    query_vectors, query_ids = queries if queries is not None else (None, [])
+    if query_vectors is not None:
+        query_vectors = _prepare(query_vectors, top_k, scale)
+    example = row_features(query_vectors, 0, names) if query_ids else dict(zip(names[:2], (1.0, 0.5)))
+    settings = {"engine": engine, "field_type": field_type, "index": index, "field": field, "top_k": top_k,
+                "quantization_scale": scale, "documents": len(ids), "queries": len(query_ids),
+                "feature_escape": "'%' -> '%25', '.' -> '%2E' (spladekit.export.feature_names)"}
+    with atomic_directory(output, overwrite=overwrite) as staging:
+        (staging / "mapping.json").write_text(json.dumps(mapping(field, field_type), indent=2) + "\n")
+        with open(staging / "documents.ndjson", "w", encoding="utf-8") as stream:
+            for row, doc_id in enumerate(ids):
+                stream.write(json.dumps({"index": {"_index": index, "_id": doc_id}}) + "\n")
+                stream.write(json.dumps({"doc_id": doc_id, field: row_features(documents, row, names)},
+                                        ensure_ascii=False) + "\n")
+        (staging / "query.json").write_text(
+            json.dumps(query_dsl(example, field, field_type), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        if query_ids:
+            with open(staging / "queries.jsonl", "w", encoding="utf-8") as stream:
+                for row, query_id in enumerate(query_ids):
+                    body = query_dsl(row_features(query_vectors, row, names), field, field_type)
+                    stream.write(json.dumps({"_id": query_id, "query": body}, ensure_ascii=False) + "\n")
+        (staging / "export.json").write_text(json.dumps(settings, indent=2) + "\n")
+    return settings | {"output": str(output)}
+
+
+def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = False) -> list[str]:
+    """Token string of every vocabulary id 0..size-1 of ``model``'s tokenizer (any folder spladekit loads).
+
+    Ids the tokenizer does not know (embedding matrices padded past the tokenizer) are named ``[id:N]``.
+    """
+    from transformers import AutoTokenizer
+
+    from spladekit.interop import resolve_model_folder
+
+    source = Path(model)
+    source = resolve_model_folder(source).path if source.exists() else str(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise SpladekitError(f"{model}: cannot load its tokenizer: {str(error).splitlines()[0]}") from None
+    tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
+    return [token if token is not None else f"[id:{index}]" for index, token in enumerate(tokens)]

@@ -1,0 +1,65 @@
+"""spladekit model → a folder that ``sentence_transformers.SparseEncoder(folder)`` loads.
+
+Built with sentence-transformers' own modules, so the layout is whatever the installed version writes:
+``Transformer(transformer_task="fill-mask")`` (the successor of ``MLMTransformer``) over the masked-LM
+folder, then ``SpladePooling(pooling_strategy="max", activation_function="relu")`` — exactly
+``max_t log1p(relu(logits))`` over non-padding tokens, spladekit's pooling. The tokenizer's
+``model_max_length`` is set to the encoder's ``max_length`` so both truncate alike. The folder also keeps
+``spladekit.json`` and spladekit's model card, so spladekit loads it back with the same settings.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import transformers
+
+from spladekit.errors import SpladekitError
+from spladekit.files import atomic_directory
+
+STAGED_MODEL = "_mlm"
+
+
+def _sentence_transformers():
+    try:
+        from sentence_transformers import sparse_encoder
+    except ImportError:
+        raise SpladekitError(
+            "sentence-transformers is not installed: pip install 'spladekit[interop]'"
+        ) from None
+    return sparse_encoder
+
+
+def export_sentence_transformers(encoder, output: str | Path, overwrite: bool = False,
+                                 trust_remote_code: bool = False) -> Path:
+    """Write ``encoder`` (a spladekit ``SparseEncoder``) as a sentence-transformers SparseEncoder folder."""
+    st = _sentence_transformers()
+    output = Path(output)
+    transformers.utils.logging.disable_progress_bar()  # one-line CLI output, as in backbone loading
+    try:
+        _write(st, encoder, output, overwrite, trust_remote_code)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    return output
+
+
+def _write(st, encoder, output: Path, overwrite: bool, trust_remote_code: bool) -> None:
+    from spladekit.encoder import METADATA_FILE
+    from spladekit.model_card import write_model_card
+
+    with atomic_directory(output, overwrite=overwrite) as staging:
+        encoder.save(staging / STAGED_MODEL)
+        remote = {"trust_remote_code": True} if trust_remote_code else {}
+        transformer = st.modules.Transformer(
+            str(staging / STAGED_MODEL), transformer_task="fill-mask", max_seq_length=encoder.max_length,
+            model_kwargs=remote, processor_kwargs=remote, config_kwargs=remote,
+        )
+        pooling = st.modules.SpladePooling(
+            pooling_strategy="max", activation_function="relu", embedding_dimension=encoder.vocab_size
+        )
+        model = st.SparseEncoder(modules=[transformer, pooling], device="cpu")
+        model.save(str(staging))
+        shutil.copy(staging / STAGED_MODEL / METADATA_FILE, staging / METADATA_FILE)
+        shutil.rmtree(staging / STAGED_MODEL)
+        write_model_card(staging, encoder, name=output)  # replaces the generic card sentence-transformers wrote

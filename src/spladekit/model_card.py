@@ -1,0 +1,122 @@
+"""README.md model card written into every saved model folder.
+
+The card says what the model is (backbone, architecture, head rescaling k and mode, head norms), how it
+was trained and how it scored when the caller knows (``training`` / ``evaluation`` dicts), and how to
+load it with spladekit, sentence-transformers (after ``spladekit export``) and plain transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spladekit.files import atomic_file
+
+CARD_FILE = "README.md"
+NORM_KEYS = ("frobenius_norm", "mean_row_norm", "max_row_norm")
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "—" if value is None else str(value)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_number(cell) for cell in row) + " |" for row in rows]
+    return lines
+
+
+def original_backbone(encoder) -> str:
+    """The backbone a saved spladekit model came from (its ``spladekit.json``), else where it was loaded."""
+    from spladekit.encoder import METADATA_FILE
+
+    metadata = Path(encoder.source) / METADATA_FILE
+    if metadata.is_file():
+        return str(json.loads(metadata.read_text(encoding="utf-8")).get("backbone") or encoder.source)
+    return str(encoder.source)
+
+
+def _overview(encoder, name: str) -> list[str]:
+    from spladekit.head import rescale_record
+
+    config = encoder.model.config
+    record = rescale_record(encoder.model)
+    rescaled = "not rescaled (k = 1)" if record is None else (
+        f"k = {record['k']:g}, mode = `{record['mode']}`, bias rescaled: {record['rescale_bias']}"
+    )
+    architecture = (getattr(config, "architectures", None) or [type(encoder.model).__name__])[0]
+    return [
+        "---", "library_name: spladekit", "tags:", "- sparse-retrieval", "- splade", "---", "",
+        f"# {name}", "",
+        ("SPLADE learned-sparse retriever built with spladekit: "
+         "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."), "",
+        f"- **Backbone:** `{original_backbone(encoder)}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
+        f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens",
+        f"- **Head rescaling:** {rescaled}",
+    ]
+
+
+def _norms(encoder, training: dict | None) -> list[str]:
+    from spladekit.head import head_norms
+
+    final = head_norms(encoder.model)
+    initial = (training or {}).get("initial_head_norms")
+    header = ["head norm", "initial", "final"] if initial else ["head norm", "value"]
+    rows = [[key, initial.get(key), final[key]] if initial else [key, final[key]] for key in NORM_KEYS]
+    return ["", "## Vocabulary projection (MLM head)", "", *_table(header, rows)]
+
+
+def _training(training: dict | None) -> list[str]:
+    recipe = {key: value for key, value in (training or {}).items() if key != "initial_head_norms"}
+    if not recipe:
+        return []
+    return ["", "## Training recipe", "", *_table(["setting", "value"], [[k, v] for k, v in recipe.items()])]
+
+
+def _evaluation(evaluation: dict | None) -> list[str]:
+    """``evaluation``: {dataset: {metric: value}} (one row per dataset)."""
+    if not evaluation:
+        return []
+    metrics = sorted({metric for scores in evaluation.values() for metric in scores})
+    rows = [[dataset, *(scores.get(metric) for metric in metrics)] for dataset, scores in evaluation.items()]
+    return ["", "## Evaluation", "", *_table(["dataset", *metrics], rows)]
+
+
+def _usage(folder: Path) -> list[str]:
+    return [
+        "", "## How to load", "",
+        "spladekit:", "", "```python", "from spladekit.encoder import SparseEncoder", "",
+        f'encoder = SparseEncoder.from_pretrained("{folder}")',
+        'vectors = encoder.encode(["what is splade?"])  # scipy CSR, float32', "```", "",
+        ("sentence-transformers (export first: "
+         f"`spladekit export {folder} --format sentence-transformers --output {folder}-st`):"), "",
+        "```python", "from sentence_transformers import SparseEncoder", "",
+        f'model = SparseEncoder("{folder}-st")', 'embeddings = model.encode(["what is splade?"])', "```", "",
+        "transformers (SPLADE pooling by hand):", "", "```python", "import torch",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer", "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+        f'model = AutoModelForMaskedLM.from_pretrained("{folder}")',
+        'batch = tokenizer(["what is splade?"], return_tensors="pt", padding=True, truncation=True)',
+        "logits = model(**batch).logits",
+        'vectors = (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).amax(dim=1)', "```",
+    ]
+
+
+def model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: dict | None = None) -> str:
+    """The card text; ``training`` = recipe settings (+ optional ``initial_head_norms``), ``evaluation`` =
+    {dataset: {metric: value}}."""
+    folder = Path(folder)
+    title = folder.parent.name if folder.name == "model" else folder.name  # a training run's model/
+    sections = _overview(encoder, title or str(folder)) + _norms(encoder, training) + _training(training)
+    return "\n".join(sections + _evaluation(evaluation) + _usage(folder)) + "\n"
+
+
+def write_model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: dict | None = None,
+                     name: str | Path | None = None) -> Path:
+    """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
+    target = Path(folder) / CARD_FILE
+    with atomic_file(target) as stream:
+        stream.write(model_card(name or folder, encoder, training, evaluation))
+    return target

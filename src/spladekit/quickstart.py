@@ -1,0 +1,111 @@
+"""Quickstart: diagnose → rescale (auto-k) → short training → evaluate → plots and a summary table.
+
+A thin composition of the pipeline's Python APIs (``head.diagnose``, ``train.train`` with
+``rescale.k: auto``, ``evaluate.evaluate``, ``model_card``); it adds no logic of its own beyond
+choosing short-run settings. Output folder:
+
+* ``diagnose.json``  the untouched backbone's head report (norms, tying, recommended k);
+* ``train/``         the training run (``model/``, ``metrics.jsonl``, ``config.yaml`` with the resolved k,
+                     ``plots/``, ``checkpoints/``), the model card listing recipe and evaluation;
+* ``summary.json``   both evaluations (backbone as is vs. trained) and the settings;
+* ``summary.md``     the same as a markdown table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spladekit.files import atomic_file, check_new_output
+
+SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
+
+
+def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_code: bool) -> list[str]:
+    """``--set`` assignments for a short run: auto-k, warm-ups scaled to the number of steps."""
+    warmup = max(1, steps // 10)
+    return [
+        f"backbone.id={json.dumps(str(backbone))}",
+        f"backbone.trust_remote_code={str(trust_remote_code).lower()}",
+        "rescale.k=auto",
+        f"data.path={json.dumps(str(triplets))}",
+        f"optimization.steps={steps}",
+        f"optimization.warmup_steps={warmup}",
+        f"regularizer.warmup_steps={max(1, steps // 2)}",
+        f"logging.every={max(1, min(10, steps // 5))}",
+        f"logging.checkpoint_every={steps}",
+        "logging.progress=false",
+    ]
+
+
+def _row(label: str, result: dict, measures) -> str:
+    cells = [f"{result[m]:.4f}" for m in measures] + [f"{result[key]:.1f}" for key in SUMMARY_KEYS]
+    return "| " + " | ".join([label, *cells]) + " |"
+
+
+def summary_table(before: dict, after: dict, measures, k: float, steps: int) -> str:
+    header = ["model", *measures, "FLOPS", "query nnz", "doc nnz"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+             _row("backbone as is (k = 1, untrained)", before, measures),
+             _row(f"trained (k = {k:g}, {steps} steps)", after, measures)]
+    return "\n".join(lines)
+
+
+def quickstart(
+    backbone: str,
+    data: str | Path,
+    output: str | Path,
+    steps: int = 100,
+    triplets: str | Path | None = None,
+    split: str = "test",
+    config: str | Path | None = None,
+    trust_remote_code: bool = False,
+    overwrite: bool = False,
+    show_progress: bool = False,
+) -> dict:
+    """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``,
+    default ``data/triplets-train.tsv``; evaluate on ``split``); ``config`` = base training YAML."""
+    from spladekit.data.collections import load_collection
+    from spladekit.encoder import SparseEncoder
+    from spladekit.evaluate import evaluate
+    from spladekit.head import diagnose, head_norms, rescale
+    from spladekit.model_card import write_model_card
+    from spladekit.train import load_config, train
+
+    output = Path(output)
+    check_new_output(output, overwrite)
+    triplets = Path(triplets) if triplets is not None else Path(data) / "triplets-train.tsv"
+    settings = load_config(config, training_overrides(backbone, triplets, steps, trust_remote_code))
+    collection = load_collection(data, split)
+    output.mkdir(parents=True, exist_ok=True)
+
+    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    report = diagnose(encoder)
+    with atomic_file(output / "diagnose.json") as stream:
+        stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
+
+    run = train(settings, output / "train", overwrite=True)
+    k = float(settings.rescale.k)  # "auto" resolved by the training loop
+    rescale(encoder.model, k, mode=settings.rescale.mode, rescale_bias=settings.rescale.rescale_bias)
+    initial_norms = head_norms(encoder.model)
+    trained = SparseEncoder.from_pretrained(run / "model", trust_remote_code=trust_remote_code)
+    after = evaluate(trained, collection, cache=False, show_progress=show_progress)
+
+    recipe = {"loss": settings.loss.name, "regularizer": settings.regularizer.name,
+              "lambda_q": settings.regularizer.lambda_q, "lambda_d": settings.regularizer.lambda_d,
+              "steps": steps, "batch_size": settings.optimization.batch_size, "lr": settings.optimization.lr,
+              "triplets": str(triplets), "rescale_k": k, "rescale_mode": settings.rescale.mode}
+    measures = collection.measures
+    write_model_card(run / "model", trained, training=recipe | {"initial_head_norms": initial_norms},
+                     evaluation={collection.name: {m: after[m] for m in (*measures, *SUMMARY_KEYS)}})
+    table = summary_table(before, after, measures, k, steps)
+    summary = {"backbone": str(backbone), "data": str(data), "split": split, "recommended_k": report.recommended_k,
+               "k": k, "steps": steps, "model": str(run / "model"), "plots": str(run / "plots"),
+               "before": before, "after": after}
+    with atomic_file(output / "summary.json") as stream:
+        stream.write(json.dumps(summary, indent=2, default=str) + "\n")
+    with atomic_file(output / "summary.md") as stream:
+        stream.write(f"# spladekit quickstart: {backbone} on {collection.name} ({split})\n\n{table}\n\n"
+                     f"Training curves: `{run / 'plots'}`. Model: `{run / 'model'}` (see its README.md).\n")
+    return summary | {"table": table}

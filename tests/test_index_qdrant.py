@@ -1,0 +1,126 @@
+"""Qdrant backend (embedded local mode): top-k equals brute force Q @ D.T (ties by lower row)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import shared_path
+
+from spladekit.errors import SpladekitError
+from spladekit.index.store import read_manifest
+
+pytest.importorskip("qdrant_client")
+from spladekit.index.qdrant import QdrantSearcher
+
+
+def brute_force(queries: sp.csr_matrix, documents: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k: float64 dot products, score descending then lower row; only scores > 0; -1 padding."""
+    scores = (queries.astype(np.float64) @ documents.astype(np.float64).T).toarray()
+    indices = np.full((queries.shape[0], k), -1, dtype=np.int64)
+    values = np.zeros((queries.shape[0], k))
+    rows = np.arange(documents.shape[0])
+    for i, row in enumerate(scores):
+        order = [d for d in np.lexsort((rows, -row)) if row[d] > 0][:k]
+        indices[i, : len(order)] = order
+        values[i, : len(order)] = row[order]
+    return indices, values
+
+
+def dyadic(rows: int, cols: int, density: float, seed: int) -> sp.csr_matrix:
+    """Random sparse weights in multiples of 1/4: sums are exact, so equal scores are real ties."""
+    matrix = sp.random(rows, cols, density=density, format="csr", random_state=seed, dtype=np.float32)
+    matrix.data = np.ceil(matrix.data * 4) / 4
+    return matrix
+
+
+def test_local_mode_top10_equals_brute_force_with_ties():
+    documents, queries = dyadic(400, 60, 0.08, seed=1), dyadic(40, 60, 0.08, seed=2)
+    queries = sp.vstack([queries, sp.csr_matrix((1, 60), dtype=np.float32)]).tocsr()  # an empty query too
+    searcher = QdrantSearcher.build(documents)
+    result = searcher.search(queries, k=10)
+    expected, scores = brute_force(queries, documents, 10)
+    ties = sum(len(set(row[row > 0])) < (row > 0).sum() for row in scores)
+    assert ties > 10  # the data really exercises tie-breaking at the cut
+    np.testing.assert_array_equal(result.doc_indices, expected)
+    np.testing.assert_allclose(result.scores, scores, rtol=1e-6)
+    assert (result.doc_indices[-1] == -1).all()
+    searcher.close()
+
+
+def test_save_and_load_keeps_ids_and_results(tmp_path):
+    documents, queries = dyadic(120, 40, 0.1, seed=3), dyadic(10, 40, 0.1, seed=4)
+    ids = [f"doc{i}" for i in range(120)]
+    searcher = QdrantSearcher.build(documents, doc_ids=ids, collection="c1", vector_name="v")
+    before = searcher.search(queries, k=5)
+    searcher.save(tmp_path / "index", meta={"note": "test"})
+    searcher.close()
+    manifest = read_manifest(tmp_path / "index")  # checksums verified; no pickle, no qdrant storage files
+    assert manifest["backend"] == "qdrant" and manifest["params"]["collection"] == "c1"
+    assert sorted(manifest["files"]) == ["documents.npz", "ids.json"]
+    loaded = QdrantSearcher.read_files(tmp_path / "index", manifest)
+    after = loaded.search(queries, k=5)
+    np.testing.assert_array_equal(after.doc_indices, before.doc_indices)
+    run = after.to_run([f"q{i}" for i in range(10)], ids)
+    assert all(doc.startswith("doc") for hits in run.values() for doc in hits)
+    loaded.close()
+
+
+def test_payload_holds_doc_ids_and_collection_is_not_silently_replaced(tmp_path):
+    documents = dyadic(10, 20, 0.3, seed=5)
+    searcher = QdrantSearcher.build(documents, doc_ids=[f"d{i}" for i in range(10)], path=tmp_path / "qdrant")
+    record = searcher.client.retrieve(searcher.collection, [3], with_payload=True)[0]
+    assert record.payload == {"doc_id": "d3"}
+    with pytest.raises(SpladekitError, match="already exists"):
+        searcher._create_collection(recreate=False)
+    searcher.close()
+
+
+def test_vocabulary_mismatch_is_refused():
+    searcher = QdrantSearcher.build(dyadic(10, 20, 0.3, seed=6))
+    with pytest.raises(SpladekitError, match="vocabulary mismatch"):
+        searcher.search(dyadic(2, 21, 0.3, seed=7))
+    searcher.close()
+
+
+def test_cli_export_qdrant_local_storage(tmp_path):
+    from spladekit.sparse import save_vectors
+
+    documents = dyadic(50, 30, 0.2, seed=8)
+    save_vectors(tmp_path / "vectors", documents, [f"d{i}" for i in range(50)], {"model": "x"})
+    result = subprocess.run([sys.executable, "-m", "spladekit", "export", str(tmp_path / "vectors"), "--format",
+                             "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--collection", "docs", "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["points"] == 50
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(path=str(tmp_path / "qdrant"))  # what a Qdrant user opens
+    assert client.count("docs").count == 50
+    client.close()
+
+
+@pytest.mark.realdata
+def test_real_collection_top10_equals_brute_force():
+    """splade-tiny on a slice of scifact (300 documents, 64 tokens, 15 queries): Qdrant top-10 = exact top-10."""
+    from spladekit.data import read_corpus
+    from spladekit.encoder import SparseEncoder
+
+    model = shared_path("models", "splade-tiny-msmarco")
+    scifact = shared_path("data", "scifact")
+    corpus = read_corpus(scifact / "corpus.jsonl")
+    queries = [json.loads(line)["text"] for line in (scifact / "queries.jsonl").read_text().splitlines()[:15]]
+    encoder = SparseEncoder.from_pretrained(model, max_length=64)
+    documents = encoder.encode(corpus.texts[:300], batch_size=32, show_progress=False)
+    query_vectors = encoder.encode(queries, show_progress=False)
+    searcher = QdrantSearcher.build(documents)
+    result = searcher.search(query_vectors, k=10)
+    expected, scores = brute_force(query_vectors, documents, 10)
+    assert (expected >= 0).all()
+    np.testing.assert_array_equal(result.doc_indices, expected)
+    np.testing.assert_allclose(result.scores, scores, rtol=1e-5)
+    searcher.close()

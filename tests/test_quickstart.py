@@ -1,0 +1,85 @@
+"""quickstart end to end, offline, on a tiny model and a tiny BEIR folder (a few training steps)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spladekit.data.collections import load_collection
+from spladekit.encoder import SparseEncoder
+from spladekit.evaluate import evaluate
+
+DOCS = {
+    "d1": "paris is the capital city of france on the river seine",
+    "d2": "a vaccine trains the immune system against a virus",
+    "d3": "vitamin d deficiency causes bone pain and muscle pain",
+    "d4": "water boils at lower temperature when the pressure is low",
+    "d5": "the quick brown fox jumps over the lazy dog",
+    "d6": "inflation is the rise of the price of goods",
+    "d7": "diabetes treatment with diet and exercise",
+    "d8": "plants make glucose and oxygen from light",
+}
+QUERIES = {"q1": ("what is the capital of france", "d1", "d5"), "q2": ("how does a vaccine work", "d2", "d6"),
+           "q3": ("vitamin d and bone pain", "d3", "d4"), "q4": ("why does water boil", "d4", "d7"),
+           "q5": ("treatment of diabetes", "d7", "d8"), "q6": ("price inflation", "d6", "d1")}
+
+
+@pytest.fixture
+def beir_folder(tmp_path):
+    folder = tmp_path / "tinybeir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in DOCS.items()))
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": q, "text": text}) + "\n" for q, (text, _, _) in QUERIES.items()))
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items()))
+    (folder / "triplets-train.tsv").write_text(
+        "".join(f"{text}\t{DOCS[pos]}\t{DOCS[neg]}\n" for text, pos, neg in QUERIES.values()))
+    return folder
+
+
+def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
+    out = tmp_path / "qs"
+    result = subprocess.run(
+        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
+         str(beir_folder), "--output", str(out), "--steps", "4", "--json"],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    diagnosed = json.loads((out / "diagnose.json").read_text())
+    assert summary["recommended_k"] == diagnosed["recommended_k"]
+    model = out / "train" / "model"
+    assert summary["model"] == str(model)
+    # the trained model really differs from the backbone, and "after" is its evaluation
+    collection = load_collection(beir_folder, "test")
+    trained = SparseEncoder.from_pretrained(model)
+    again = evaluate(trained, collection, cache=False, show_progress=False)
+    assert summary["after"]["nDCG@10"] == pytest.approx(again["nDCG@10"])
+    backbone = evaluate(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False,
+                        show_progress=False)
+    assert summary["before"]["nDCG@10"] == pytest.approx(backbone["nDCG@10"])
+    assert trained.model.config.spladekit_rescale["k"] == summary["k"]
+    texts = [text for text, _, _ in QUERIES.values()]
+    original = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], rescale_k=summary["k"])
+    assert abs(trained.encode(texts, show_progress=False) - original.encode(texts, show_progress=False)).max() > 0
+    metrics = [json.loads(line) for line in (out / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["step"] == 4
+    assert any((out / "train" / "plots").glob("*.png"))
+    table = (out / "summary.md").read_text()
+    assert f"| trained (k = {summary['k']:g}, 4 steps) | {summary['after']['nDCG@10']:.4f} |" in table
+    card = (model / "README.md").read_text()
+    assert "## Training recipe" in card and "| steps | 4 |" in card
+    assert "| tinybeir | " in card and "| head norm | initial | final |" in card
+
+
+def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path):
+    (tmp_path / "qs").mkdir()
+    (tmp_path / "qs" / "x").write_text("keep")
+    result = subprocess.run(
+        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
+         str(beir_folder), "--output", str(tmp_path / "qs"), "--steps", "2"], capture_output=True, text=True)
+    assert result.returncode == 2 and "already exists" in result.stderr
+    assert (tmp_path / "qs" / "x").read_text() == "keep"
