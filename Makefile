@@ -19,8 +19,11 @@ install: $(BIN)/spladekit
 test: install
 	$(BIN)/python -m pytest -q
 
+# The main job: diagnose -> rescale (auto-k) -> short training -> evaluate -> plots + summary, offline
+# with the assets in ../shared (on a machine with the hub, pass other --backbone / --data).
 demo: install
-	$(BIN)/python scripts/demo.py
+	$(BIN)/spladekit quickstart --backbone ../shared/models/splade-tiny-msmarco --data ../shared/data/scifact \
+		--steps 100 --output demo-output --overwrite
 
 clean:
 	rm -rf $(VENV) demo-output

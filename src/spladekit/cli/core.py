@@ -100,6 +100,8 @@ def encode(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit (default: the model's, else 256)."),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
+                                "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -111,7 +113,7 @@ def encode(
 
     check_new_output(output, overwrite)
     documents = read_corpus(corpus)
-    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
     started = time.perf_counter()
     vectors = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
     seconds = time.perf_counter() - started

@@ -1,0 +1,70 @@
+"""sweep, report: backbone × k grids and their paper-style tables."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from spladekit.cli.app import app, emit
+from spladekit.errors import SpladekitError
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="Sweep YAML: recipe, backbones, k grid, modes, evaluation "
+                                  "(see configs/mini-repro.yaml and docs/experiments.md)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Sweep folder (created; re-running resumes it)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate backbones, data and suites and print the plan "
+                                 "with an estimated cost; train nothing."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only the runs whose name contains this "
+                                             "(repeatable), e.g. --only tiny__k4."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Train and evaluate every backbone × k × mode of CONFIG with one shared recipe (resumable)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from spladekit.experiments.sweep import dry_run as plan_sweep, load_sweep, run_sweep
+
+    settings = load_sweep(config)
+    if dry_run:
+        result = plan_sweep(settings, output)
+        table = Table(title=f"sweep {result['name']}: {len(result['runs'])} runs")
+        for column in ("run", "backbone check", "est. train time"):
+            table.add_column(column)
+        for row in result["runs"]:
+            seconds = row["estimated_train_seconds"]
+            table.add_row(row["run"], row["backbone_check"], "?" if seconds is None else f"{seconds / 60:.0f} min")
+        console = Console(width=150)
+        if not as_json:
+            console.print(table)
+            console.print(f"estimated total training: {result['estimated_total_train_hours_on_this_machine']} h on this "
+                          f"machine (covers {result['estimate_covers_runs']} runs; evaluation not included)")
+            for problem in result["problems"]:
+                console.print(f"[red]problem:[/red] {problem}")
+        else:
+            typer.echo(json.dumps(result, indent=2))
+        if result["problems"]:
+            raise SpladekitError(f"{config}: {len(result['problems'])} problem(s) found by --dry-run")
+        return
+    records = run_sweep(settings, output, only=only)
+    emit({"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; "
+         f"next: spladekit report {output}")
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(..., help="A sweep folder written by `spladekit sweep`."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Build results.csv, results.md (paper-style table, best k per backbone, auto-k check) and plots/*.png."""
+    from spladekit.experiments.report import build_report
+
+    command = " ".join(["spladekit", *map(shlex.quote, sys.argv[1:])])
+    result = build_report(directory, command=command)
+    emit(result, as_json, None, (Path(directory) / "results.md").read_text())

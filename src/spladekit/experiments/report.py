@@ -1,0 +1,214 @@
+"""Turn a sweep folder into the paper-style table (CSV + markdown) and plots (PNG).
+
+Rows are backbone × k × mode. Columns follow the seed paper's tables — MS MARCO dev MRR@10, DL19
+nDCG@10, BEIR-13 and NanoBEIR mean nDCG@10 — when those suites were evaluated, then one nDCG@10 column
+per other evaluated collection and their mean (``mean nDCG@10``), retrieval FLOPS and average nnz
+(means over the evaluated collections), and the final training loss. The *primary* effectiveness used
+to pick each backbone's best k is the first present of NanoBEIR, BEIR-13, the mean over collections.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from spladekit.errors import SpladekitError
+from spladekit.experiments.sweep import EVALUATION_FILE, RUN_FILE
+from spladekit.files import atomic_file
+from spladekit.train.monitors import read_metrics
+
+SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG@10", "DL19 nDCG@10"),
+                 ("beir13", "nDCG@10", "BEIR-13 nDCG@10"), ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"))
+PRIMARY = ("NanoBEIR nDCG@10", "BEIR-13 nDCG@10", "mean nDCG@10")
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def collect(directory: str | Path) -> list[dict]:
+    """One row per run folder with a ``run.json`` (unfinished runs are listed with their status)."""
+    directory = Path(directory)
+    run_files = sorted((directory / "runs").glob(f"*/{RUN_FILE}"))
+    if not run_files:
+        raise SpladekitError(f"{directory}: no runs/*/{RUN_FILE}: not a sweep folder (see `spladekit sweep`)")
+    rows = []
+    for run_file in run_files:
+        record = json.loads(run_file.read_text())
+        run_dir = run_file.parent
+        evaluation_path = run_dir / EVALUATION_FILE
+        evaluation = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
+        metrics = read_metrics(run_dir)
+        row = {key: record.get(key) for key in ("run", "backbone", "k", "mode", "inflate", "status",
+                                                 "initial_head_norm", "auto_k")}
+        for suite, measure, column in SUITE_COLUMNS:
+            row[column] = evaluation.get(suite, {}).get(measure)
+        collections = {name: result for name, result in evaluation.items() if name not in dict.fromkeys(s for s, _, _ in SUITE_COLUMNS)}
+        for name, result in collections.items():
+            row[f"{name} nDCG@10"] = result.get("nDCG@10")
+        row["mean nDCG@10"] = _mean([result.get("nDCG@10") for result in collections.values()])
+        row["FLOPS"] = _mean([result.get("flops") for result in evaluation.values()])
+        row["avg q nnz"] = _mean([result.get("avg_q_nnz") for result in evaluation.values()])
+        row["avg d nnz"] = _mean([result.get("avg_d_nnz") for result in evaluation.values()])
+        row["final loss"] = metrics[-1]["loss"] if metrics else None
+        row["loss std (last half)"] = _loss_roughness(metrics)
+        rows.append(row)
+    return rows
+
+
+def _loss_roughness(metrics: list[dict]) -> float | None:
+    """Standard deviation of the logged loss over the second half of training (smoothness)."""
+    losses = [m["loss"] for m in metrics[len(metrics) // 2:]]
+    if len(losses) < 2:
+        return None
+    mean = sum(losses) / len(losses)
+    return math.sqrt(sum((x - mean) ** 2 for x in losses) / (len(losses) - 1))
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    columns = []
+    for row in rows:
+        for key, value in row.items():
+            if key not in columns and (value is not None or key in ("run", "backbone", "k", "mode")):
+                columns.append(key)
+    return columns
+
+
+def primary_metric(rows: list[dict]) -> str | None:
+    return next((column for column in PRIMARY if any(row.get(column) is not None for row in rows)), None)
+
+
+def best_k(rows: list[dict]) -> dict[str, dict]:
+    """Per backbone: the finished run with the highest primary metric, the ranking of k, and auto-k."""
+    metric = primary_metric(rows)
+    summary = {}
+    for backbone in dict.fromkeys(row["backbone"] for row in rows):
+        runs = [row for row in rows if row["backbone"] == backbone and row.get(metric) is not None]
+        if not runs:
+            continue
+        ranked = sorted(runs, key=lambda row: -row[metric])
+        ks = list(dict.fromkeys(row["k"] for row in ranked))
+        auto = ranked[0].get("auto_k")
+        summary[backbone] = {"best_run": ranked[0]["run"], "best_k": ranked[0]["k"], "best_mode": ranked[0]["mode"],
+                             metric: ranked[0][metric], "k_ranking": ks, "auto_k": auto,
+                             "auto_k_in_best_two": None if auto is None else float(auto) in [float(k) for k in ks[:2]
+                                                                                              if k != "auto"],
+                             "initial_head_norm": ranked[0].get("initial_head_norm")}
+    return summary
+
+
+def _format(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
+def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
+    columns = _columns(rows)
+    out = io.StringIO()
+    out.write("# Sweep results\n\n")
+    if command:
+        out.write(f"Produced by: `{command}`\n\n")
+    out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
+    for row in rows:
+        out.write("| " + " | ".join(_format(row.get(column)) for column in columns) + " |\n")
+    metric = primary_metric(rows)
+    if summary:
+        out.write(f"\n## Best k per backbone (by {metric})\n\n")
+        out.write("| backbone | initial head norm | best k | mode | " + metric + " | k ranking | auto-k | auto-k in best two |\n")
+        out.write("|---|---|---|---|---|---|---|---|\n")
+        for backbone, item in summary.items():
+            out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {item['best_k']} | {item['best_mode']} | "
+                      f"{_format(item[metric])} | {', '.join(map(str, item['k_ranking']))} | {_format(item['auto_k'])} | "
+                      f"{item['auto_k_in_best_two']} |\n")
+    out.write("\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
+              "![head norm vs best k](plots/head_norm_vs_best_k.png)\n")
+    return out.getvalue()
+
+
+def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots = directory / "plots"
+    plots.mkdir(exist_ok=True)
+    backbones = list(dict.fromkeys(row["backbone"] for row in rows))
+    written = []
+
+    figure, axes = plt.subplots(1, len(backbones), figsize=(4.5 * len(backbones), 3.6), squeeze=False)
+    for axis, backbone in zip(axes[0], backbones):
+        for row in rows:
+            if row["backbone"] != backbone:
+                continue
+            metrics = read_metrics(directory / "runs" / row["run"])
+            if metrics:
+                axis.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label=f"k={row['k']} {row['mode']}")
+        axis.set_title(backbone)
+        axis.set_xlabel("step")
+        axis.set_ylabel("training loss")
+        axis.set_yscale("symlog")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    written.append(plots / "loss_curves.png")
+    figure.savefig(written[-1], dpi=110)
+    plt.close(figure)
+
+    metric = primary_metric(rows)
+    figure, axis = plt.subplots(figsize=(6, 4.2))
+    for backbone in backbones:
+        points = [row for row in rows if row["backbone"] == backbone and row.get(metric) is not None and row.get("FLOPS")]
+        axis.scatter([row["FLOPS"] for row in points], [row[metric] for row in points], label=backbone)
+        for row in points:
+            axis.annotate(f"k={row['k']}{'' if row['mode'] in ('none', 'tied') else ' u'}", (row["FLOPS"], row[metric]),
+                          fontsize=7)
+    axis.set_xscale("log")
+    axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
+    axis.set_ylabel(metric or "effectiveness")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    written.append(plots / "effectiveness_vs_flops.png")
+    figure.savefig(written[-1], dpi=110)
+    plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for backbone, item in summary.items():
+        if item["initial_head_norm"] is None or item["best_k"] == "auto":
+            continue
+        axis.scatter(item["initial_head_norm"], float(item["best_k"]), marker="o", label=f"{backbone} best k")
+        if item["auto_k"] is not None:
+            axis.scatter(item["initial_head_norm"], float(item["auto_k"]), marker="x", color="black")
+    axis.set_xscale("log")
+    axis.set_yscale("log", base=2)
+    axis.set_xlabel("initial ‖W_head‖_F")
+    axis.set_ylabel("k (o: best, x: auto-k)")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    written.append(plots / "head_norm_vs_best_k.png")
+    figure.savefig(written[-1], dpi=110)
+    plt.close(figure)
+    return written
+
+
+def build_report(directory: str | Path, command: str | None = None) -> dict:
+    """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder."""
+    directory = Path(directory)
+    rows = collect(directory)
+    summary = best_k(rows)
+    columns = _columns(rows)
+    with atomic_file(directory / "results.csv") as stream:
+        writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    with atomic_file(directory / "results.md") as stream:
+        stream.write(markdown(rows, summary, command))
+    plots = plot(directory, rows, summary)
+    return {"rows": len(rows), "csv": str(directory / "results.csv"), "markdown": str(directory / "results.md"),
+            "plots": [str(p) for p in plots], "best": summary}

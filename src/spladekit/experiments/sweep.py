@@ -1,0 +1,383 @@
+"""A grid of SPLADE trainings: backbones × k × rescale mode, one shared recipe, then evaluation.
+
+Sweep file (YAML)::
+
+    name: mini-repro
+    recipe: {...}                 # a `spladekit train` config (every key but backbone and rescale)
+    backbones:
+      - {name: tiny, id: ../shared/models/splade-tiny-msmarco}
+      - {name: tiny-x8, id: ../shared/models/splade-tiny-msmarco, inflate: 8}   # head × 8 (simulated)
+    k: [1, 4, 16, auto]          # default grid; a backbone may set its own `k:` / `modes:`
+    modes: [tied, untie]
+    evaluation: {data: [../shared/data/scifact, dl19], split: test, max_length: 256}
+
+Layout of ``OUTPUT``: ``plan.json``; ``backbones/<name>/`` (simulated inflated-head variants) and
+``backbones/<name>.diagnose.json`` (initial head report); ``runs/<backbone>__k<k>__<mode>/`` holding the
+training output (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``, ``checkpoints/``),
+``evaluation.json`` and ``run.json`` (``status: done`` once finished). Re-running skips finished runs
+and resumes interrupted ones from their last checkpoint. k = 1 means "no rescaling", so it is run once
+per backbone (mode ``none``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal, Union
+
+import yaml
+
+from spladekit.errors import InputError, SpladekitError
+from spladekit.files import atomic_file
+
+log = logging.getLogger("spladekit")
+
+RUN_FILE = "run.json"
+EVALUATION_FILE = "evaluation.json"
+PLAN_FILE = "plan.json"
+
+
+@dataclass
+class BackboneSpec:
+    name: str = ""
+    id: str = ""  # hub id or local folder
+    trust_remote_code: bool = False
+    inflate: Union[float, None] = None  # simulate a high-norm head: W_head × inflate before training
+    inflate_mode: Literal["tied", "untie"] = "tied"  # tied: the shared matrix (inputs too); untie: the head only
+    k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
+    modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
+
+
+@dataclass
+class SweepEvaluation:
+    data: list = field(default_factory=list)  # collection folders, names or suites (as `spladekit evaluate --data`)
+    split: str = "test"
+    max_length: Union[int, None] = 256
+    batch_size: int = 32
+    data_root: Union[str, None] = None  # local folder holding a suite's collections (offline suites)
+
+
+@dataclass
+class SweepConfig:
+    name: str = "sweep"
+    recipe: dict = field(default_factory=dict)  # checked as a TrainConfig (see load_sweep)
+    backbones: list = field(default_factory=list)
+    k: list = field(default_factory=lambda: [1])
+    modes: list = field(default_factory=lambda: ["tied"])
+    evaluation: SweepEvaluation = field(default_factory=SweepEvaluation)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of the grid."""
+
+    backbone: str
+    k: Union[float, str]  # a number or "auto"
+    mode: str  # tied | untie | none (k = 1)
+
+    @property
+    def name(self) -> str:
+        k = self.k if isinstance(self.k, str) else f"{self.k:g}"
+        return f"{self.backbone}__k{k}__{self.mode}"
+
+
+# ------------------------------------------------------------------------------------------- config
+def _check_k(value, where: str, source: str):
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: k must be a positive number or 'auto', got {value!r}", source)
+    return float(value)
+
+
+def _check_modes(values, where: str, source: str) -> list[str]:
+    for mode in values:
+        if mode not in ("tied", "untie"):
+            raise InputError(f"{where}: rescale mode must be 'tied' or 'untie', got {mode!r}", source)
+    return list(values)
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    """Read and check a sweep file (unknown keys name the closest existing one)."""
+    from spladekit.train.config import build_dataclass, config_from_dict
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("no such sweep file", path)
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
+                         None if mark is None else mark.line + 1) from None
+    source = str(path)
+    if not isinstance(values, dict) or not isinstance(values.get("recipe", {}), dict):
+        raise InputError("a sweep file is a mapping with a 'recipe' mapping (a `spladekit train` config)", source)
+    recipe = values.pop("recipe", {}) or {}
+    sweep = build_dataclass(SweepConfig, values, "", source)
+    sweep.recipe = recipe
+    for key in ("backbone", "rescale"):
+        if key in sweep.recipe:
+            raise InputError(f"recipe.{key} is set per run by the sweep; move it to 'backbones' / 'k' / 'modes'", source)
+    if not sweep.backbones:
+        raise InputError("'backbones' must list at least one backbone", source)
+    specs = []
+    for index, item in enumerate(sweep.backbones):
+        spec = build_dataclass(BackboneSpec, item, f"backbones[{index}].", source)
+        if not spec.name or not spec.id:
+            raise InputError(f"backbones[{index}]: 'name' and 'id' are required", source)
+        if "__" in spec.name or "/" in spec.name:
+            raise InputError(f"backbones[{index}]: name {spec.name!r} may not contain '/' or '__'", source)
+        spec.k = [_check_k(k, f"backbones[{index}].k", source) for k in spec.k] if spec.k else None
+        spec.modes = _check_modes(spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
+        if spec.inflate is not None and not spec.inflate > 0:
+            raise InputError(f"backbones[{index}].inflate must be positive", source)
+        specs.append(spec)
+    names = [spec.name for spec in specs]
+    if len(set(names)) != len(names):
+        raise InputError(f"backbone names must be unique, got {names}", source)
+    sweep.backbones = specs
+    sweep.k = [_check_k(k, "k", source) for k in sweep.k]
+    sweep.modes = _check_modes(sweep.modes, "modes", source)
+    # The recipe must be a valid training config once a backbone is filled in.
+    config_from_dict(_run_values(sweep, specs[0], Cell(specs[0].name, 1.0, "none"), specs[0].id), source)
+    return sweep
+
+
+def plan(sweep: SweepConfig) -> list[Cell]:
+    """Every run of the grid, k = 1 once per backbone (no rescaling: the mode does not apply)."""
+    cells: list[Cell] = []
+    for spec in sweep.backbones:
+        for k in spec.k or sweep.k:
+            modes = ["none"] if k == 1.0 else (spec.modes or sweep.modes)
+            cells.extend(Cell(spec.name, k, mode) for mode in modes)
+    return list(dict.fromkeys(cells))
+
+
+def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_path: str) -> dict:
+    values = copy.deepcopy(sweep.recipe)
+    values["backbone"] = {**values.get("backbone", {}), "id": backbone_path, "trust_remote_code": spec.trust_remote_code}
+    rescale = {"k": None if cell.k == 1.0 else cell.k}
+    if cell.mode != "none":
+        rescale["mode"] = cell.mode
+    values["rescale"] = rescale
+    return values
+
+
+# ------------------------------------------------------------------------------------------- dry run
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """A TCP connection to the Hugging Face endpoint succeeds (seconds, instead of the hub client's retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
+    """('ok' | 'not checked: …', parameter count or None) without loading any weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    from spladekit.backbone import _check_local_folder, _looks_local
+
+    local = _looks_local(spec.id)
+    if local:
+        _check_local_folder(Path(spec.id).expanduser())
+    try:
+        config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
+                                            local_files_only=not (local or online))
+    except (OSError, ValueError) as error:
+        if local:
+            raise SpladekitError(f"{spec.id}: {str(error).splitlines()[0]}") from None
+        reason = "hub unreachable, not in the local cache" if not online else str(error).splitlines()[0][:100]
+        return f"not checked ({reason})", None
+    try:
+        with torch.device("meta"):
+            model = AutoModelForMaskedLM.from_config(config, trust_remote_code=spec.trust_remote_code)
+        return "ok", sum(p.numel() for p in model.parameters())
+    except Exception as error:  # noqa: BLE001 - a size estimate must not stop the dry run
+        return f"ok (size unknown: {type(error).__name__})", None
+
+
+def _data_check(sweep: SweepConfig) -> list[str]:
+    """Problems with the training data and the evaluation datasets (nothing is downloaded)."""
+    from spladekit.data.suites import SUITES
+
+    problems = []
+    data = sweep.recipe.get("data", {})
+    fmt, path = data.get("format", "triplets"), data.get("path", "")
+    if fmt in ("triplets", "id_triplets", "hard_negatives") and not Path(path).exists():
+        problems.append(f"recipe.data.path: {path}: no such file")
+    if fmt == "ir_datasets":
+        import ir_datasets
+
+        if path not in ir_datasets.registry:
+            problems.append(f"recipe.data.path: {path!r} is not an ir_datasets id")
+    for item in sweep.evaluation.data:
+        item = str(item)
+        if item in SUITES:
+            root = sweep.evaluation.data_root
+            if root is not None and not Path(root).is_dir():
+                problems.append(f"evaluation.data_root: {root}: no such folder")
+        elif "/" in item and (item.startswith((".", "/", "~")) or Path(item).exists()):
+            if not (Path(item) / "corpus.jsonl").is_file():
+                problems.append(f"evaluation.data: {item}: not a BEIR folder (no corpus.jsonl)")
+        elif item not in SUITES and "/" not in item:
+            problems.append(f"evaluation.data: {item!r} is neither a suite ({', '.join(SUITES)}) nor a folder or id")
+    return problems
+
+
+def _machine_flops_per_second() -> float:
+    """Measured fp32 matmul throughput of this machine (one 1024³ product, best of 3)."""
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best = math.inf
+    for _ in range(3):
+        began = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - began)
+    return 2 * 1024**3 / best
+
+
+def estimate_step_flops(parameters: int, vocab: int, hidden: int, recipe: dict) -> float:
+    """≈ training FLOPs per step: 6·params·tokens (body, forward + backward) + 2·tokens·H·V (head forward)."""
+    data, opt = recipe.get("data", {}), recipe.get("optimization", {})
+    batch = opt.get("batch_size", 8)
+    tokens = batch * (data.get("query_max_length", 32) + (1 + data.get("negatives", 1)) * data.get("doc_max_length", 128))
+    return 6 * parameters * tokens + 2 * tokens * hidden * vocab
+
+
+def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
+    """Validate everything without training; return the plan with a rough cost estimate."""
+    from spladekit.backbone import _looks_local
+
+    problems = _data_check(sweep)
+    checks, estimates = {}, {}
+    throughput = _machine_flops_per_second() * 0.25  # training reaches a fraction of peak matmul speed
+    steps = sweep.recipe.get("optimization", {}).get("steps", 1000)
+    online = any(not _looks_local(spec.id) for spec in sweep.backbones) and hub_reachable()
+    for spec in sweep.backbones:
+        try:
+            status, parameters = _backbone_check(spec, online)
+        except SpladekitError as error:
+            problems.append(str(error))
+            continue
+        checks[spec.name] = status
+        if parameters:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
+                                                local_files_only=not online)
+            text = config.get_text_config()
+            hidden = getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None) or getattr(text, "dim", 768)
+            flops = estimate_step_flops(parameters, text.vocab_size, hidden, sweep.recipe)
+            estimates[spec.name] = steps * flops / throughput
+    cells = plan(sweep)
+    rows = [{"run": cell.name, "backbone": cell.backbone, "k": cell.k, "mode": cell.mode,
+             "backbone_check": checks.get(cell.backbone, "failed"),
+             "estimated_train_seconds": None if cell.backbone not in estimates else round(estimates[cell.backbone])}
+            for cell in cells]
+    known = [row["estimated_train_seconds"] for row in rows if row["estimated_train_seconds"] is not None]
+    return {"name": sweep.name, "runs": rows, "problems": problems,
+            "estimated_total_train_hours_on_this_machine": round(sum(known) / 3600, 2) if known else None,
+            "estimate_covers_runs": f"{len(known)}/{len(rows)}", "output": None if output is None else str(output)}
+
+
+# ------------------------------------------------------------------------------------------- running
+def _write_json(path: Path, payload: dict) -> None:
+    with atomic_file(path) as stream:
+        stream.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
+    """The folder/id to train from (an inflated variant is built once) and its initial head report."""
+    from spladekit.encoder import SparseEncoder
+    from spladekit.head import diagnose, divide_head
+
+    folder = output / "backbones" / spec.name
+    report_path = output / "backbones" / f"{spec.name}.diagnose.json"
+    path = spec.id
+    if spec.inflate is not None:
+        if not (folder / "config.json").is_file():
+            encoder = SparseEncoder.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code)
+            divide_head(encoder.model, 1.0 / spec.inflate, mode=spec.inflate_mode)
+            encoder.save(folder)
+        path = str(folder)
+    if not report_path.is_file():
+        encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+        report = diagnose(encoder).to_dict() | {"inflate": spec.inflate, "inflate_mode": spec.inflate_mode,
+                                                 "source": spec.id}
+        _write_json(report_path, report)
+    return path, json.loads(report_path.read_text())
+
+
+def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict:
+    from spladekit.encoder import SparseEncoder
+    from spladekit.evaluate import evaluate_data
+
+    encoder = SparseEncoder.from_pretrained(run_dir / "model", trust_remote_code=trust_remote_code)
+    evaluation = sweep.evaluation
+    results = {}
+    for data in evaluation.data:
+        result = evaluate_data(encoder, data, split=evaluation.split, data_root=evaluation.data_root,
+                               max_length=evaluation.max_length, batch_size=evaluation.batch_size, show_progress=False)
+        results[result.get("suite") or result.get("name") or str(data)] = result
+    return results
+
+
+def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
+    """Train (or resume) and evaluate one cell; ``run.json`` says ``done`` only when all of it finished."""
+    from spladekit.train.checkpoint import checkpoints
+    from spladekit.train.config import config_from_dict
+    from spladekit.train.loop import train
+
+    spec = next(spec for spec in sweep.backbones if spec.name == cell.backbone)
+    run_dir = output / "runs" / cell.name
+    record_path = run_dir / RUN_FILE
+    if record_path.is_file() and json.loads(record_path.read_text()).get("status") == "done":
+        log.info("%s: finished earlier, skipped", cell.name)
+        return json.loads(record_path.read_text())
+    path, initial = prepare_backbone(spec, output)
+    config = config_from_dict(_run_values(sweep, spec, cell, path), f"{cell.name} (sweep recipe)")
+    record = {"run": cell.name, "backbone": cell.backbone, "backbone_id": spec.id, "inflate": spec.inflate,
+              "inflate_mode": spec.inflate_mode, "k": cell.k, "mode": cell.mode, "status": "training",
+              "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"],
+              "initial_median_pair_score": initial["median_pair_score"]}
+    began = time.perf_counter()
+    if not (run_dir / "model" / "config.json").is_file():
+        resume = bool(checkpoints(run_dir)) if run_dir.is_dir() else False
+        train(config, run_dir, resume=resume, overwrite=not resume)
+    _write_json(record_path, record | {"status": "evaluating"})
+    results = evaluate_run(run_dir, sweep, spec.trust_remote_code)
+    _write_json(run_dir / EVALUATION_FILE, results)
+    record |= {"status": "done", "seconds": round(time.perf_counter() - began, 1)}
+    _write_json(record_path, record)
+    return record
+
+
+def run_sweep(sweep: SweepConfig, output: str | Path, only: list[str] | None = None) -> list[dict]:
+    """Run every cell (or those whose name contains one of ``only``), skipping finished ones."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    cells = [c for c in plan(sweep) if not only or any(part in c.name for part in only)]
+    _write_json(output / PLAN_FILE, {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in cells]})
+    records = []
+    for index, cell in enumerate(cells, start=1):
+        log.warning("[%d/%d] %s", index, len(cells), cell.name)
+        records.append(run_cell(cell, sweep, output))
+    return records

@@ -1,0 +1,135 @@
+"""experiments/: a 2-backbone × 2-k sweep of tiny models end to end (sweep → report), resumability, dry run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collection_files import write_beir
+from spladekit.errors import InputError
+from spladekit.experiments.report import build_report
+from spladekit.experiments.sweep import Cell, dry_run, load_sweep, plan, run_sweep
+from tiny_models import build_tiny_model
+from train_helpers import write_triplets
+
+
+def write_sweep(tmp_path: Path, **changes) -> Path:
+    bert = build_tiny_model("bert", tmp_path / "bert")
+    roberta = build_tiny_model("roberta", tmp_path / "roberta")
+    values = {
+        "name": "tiny",
+        "recipe": {
+            "data": {"path": str(write_triplets(tmp_path / "triplets.tsv")), "query_max_length": 12, "doc_max_length": 16},
+            "optimization": {"steps": 3, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
+            "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
+            "logging": {"every": 1, "checkpoint_every": 2, "progress": False, "plots": False},
+        },
+        "backbones": [{"name": "bert", "id": str(bert)}, {"name": "roberta-x8", "id": str(roberta), "inflate": 8}],
+        "k": [1, 8],
+        "modes": ["tied"],
+        "evaluation": {"data": [str(write_beir(tmp_path / "collection"))], "max_length": 32},
+    }
+    values.update(changes)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def test_sweep_then_report_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    sweep = load_sweep(write_sweep(tmp_path))
+    assert [cell.name for cell in plan(sweep)] == ["bert__k1__none", "bert__k8__tied", "roberta-x8__k1__none",
+                                                   "roberta-x8__k8__tied"]
+    output = tmp_path / "out"
+    records = run_sweep(sweep, output)
+    assert [record["status"] for record in records] == ["done"] * 4
+
+    # the inflated variant really has a head 8x larger than its source, and k = 8 was applied once
+    bert_report = json.loads((output / "backbones" / "bert.diagnose.json").read_text())
+    variant = json.loads((output / "backbones" / "roberta-x8.diagnose.json").read_text())
+    assert variant["inflate"] == 8 and variant["rescale"] is None
+    trained = json.loads((output / "runs" / "roberta-x8__k8__tied" / "model" / "config.json").read_text())
+    assert trained["spladekit_rescale"]["k"] == 8.0
+    assert bert_report["frobenius_norm"] > 0
+
+    result = subprocess.run([sys.executable, "-m", "spladekit", "report", str(output)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    with (output / "results.csv").open() as stream:
+        rows = list(csv.DictReader(stream))
+    assert sorted((row["backbone"], row["k"], row["mode"]) for row in rows) == [
+        ("bert", "1.0", "none"), ("bert", "8.0", "tied"), ("roberta-x8", "1.0", "none"), ("roberta-x8", "8.0", "tied")]
+    for row in rows:
+        assert 0.0 <= float(row["collection nDCG@10"]) <= 1.0 and float(row["FLOPS"]) >= 0
+        assert float(row["final loss"]) == json.loads(
+            (output / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+    markdown = (output / "results.md").read_text()
+    assert "| bert__k8__tied |" in markdown and "Best k per backbone" in markdown and "spladekit report" in markdown
+    for name in ("loss_curves.png", "effectiveness_vs_flops.png", "head_norm_vs_best_k.png"):
+        assert (output / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # finished runs are skipped: the model folder is not rewritten
+    stamp = (output / "runs" / "bert__k8__tied" / "model" / "model.safetensors").stat().st_mtime_ns
+    run_sweep(sweep, output, only=["bert__k8"])
+    assert (output / "runs" / "bert__k8__tied" / "model" / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    import spladekit.train.loop as loop
+    from spladekit.experiments.sweep import run_cell
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    sweep = load_sweep(write_sweep(tmp_path, k=[8]))
+    cell, output = Cell("bert", 8.0, "tied"), tmp_path / "out"
+    save_checkpoint = loop.save_checkpoint
+
+    def save_then_die(*args, **kwargs):  # a kill right after the step-2 checkpoint
+        save_checkpoint(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run_cell(cell, sweep, output)
+    run_dir = output / "runs" / cell.name
+    assert not (run_dir / "model").exists()
+    monkeypatch.setattr(loop, "save_checkpoint", save_checkpoint)
+    resumed = []
+    train = loop.train
+    monkeypatch.setattr(loop, "train", lambda *a, **kw: resumed.append(kw["resume"]) or train(*a, **kw))
+    assert run_cell(cell, sweep, output)["status"] == "done"
+    assert resumed == [True]
+    assert [m["step"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
+
+
+def test_bad_sweep_files_are_clear_errors(tmp_path):
+    with pytest.raises(InputError, match="did you mean 'backbones'"):
+        load_sweep(write_sweep(tmp_path, backbone=[]))
+    with pytest.raises(InputError, match="k must be a positive number or 'auto'"):
+        load_sweep(write_sweep(tmp_path, k=[0]))
+    with pytest.raises(InputError, match="recipe.rescale is set per run"):
+        load_sweep(write_sweep(tmp_path, recipe={"rescale": {"k": 2}, "data": {"path": "x"}}))
+
+
+def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path, evaluation={"data": [str(tmp_path / "missing-collection"), "nanobeir"]}))
+    sweep.backbones[0].id = "nobody-has/this-model"
+    result = dry_run(sweep)
+    assert any("missing-collection" in problem for problem in result["problems"])
+    checks = {row["backbone"]: row["backbone_check"] for row in result["runs"]}
+    assert checks["bert"].startswith("not checked") and checks["roberta-x8"] == "ok"
+    estimated = [row["estimated_train_seconds"] for row in result["runs"] if row["backbone"] == "roberta-x8"]
+    assert all(seconds is not None and seconds >= 0 for seconds in estimated)
+
+
+def test_paper_config_dry_run_passes_offline():
+    config = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
+    result = subprocess.run([sys.executable, "-m", "spladekit", "sweep", str(config), "--output", "unused",
+                             "--dry-run", "--json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    plan_ = json.loads(result.stdout)
+    assert len(plan_["runs"]) == 7 * (1 + 5 * 1) and plan_["problems"] == []
