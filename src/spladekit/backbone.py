@@ -34,6 +34,21 @@ class Backbone:
     settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.interop), e.g. max_length
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """No transformers warnings tables or progress bars (loading/saving): spladekit reports in one line."""
+    import transformers
+
+    previous = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(previous)
+        transformers.utils.logging.enable_progress_bar()
+
+
 def _looks_local(path_or_id: str) -> bool:
     return Path(path_or_id).exists() or path_or_id.startswith((".", "/", "~")) or path_or_id.count("/") > 1
 
@@ -56,7 +71,6 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     are listed in ``Backbone.fresh_keys`` and logged as a warning: they are random until trained.
     Remote (custom) model code runs only with ``trust_remote_code=True``.
     """
-    import transformers
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     source = str(path_or_id)
@@ -66,14 +80,12 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         path, settings = resolved.path, dict(resolved.settings)
         _check_local_folder(path)
         source = str(path)
-    previous = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # we report the load ourselves, in one line
-    transformers.utils.logging.disable_progress_bar()
     try:
-        model, info = AutoModelForMaskedLM.from_pretrained(
-            source, trust_remote_code=trust_remote_code, output_loading_info=True
-        )
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        with quiet_transformers():  # we report the load ourselves, in one line
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                source, trust_remote_code=trust_remote_code, output_loading_info=True
+            )
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except ValueError as error:
         if "trust_remote_code" in str(error):
             raise SpladekitError(
@@ -83,9 +95,6 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         raise SpladekitError(f"{source}: cannot load as a masked-LM model: {error}") from None
     except OSError as error:
         raise SpladekitError(f"{source}: cannot load model: {str(error).splitlines()[0]}") from None
-    finally:
-        transformers.logging.set_verbosity(previous)
-        transformers.utils.logging.enable_progress_bar()
     fresh = sorted(info.get("missing_keys", []))
     if fresh:
         log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from spladekit.backbone import Backbone, load_backbone, projection_bypassed
+from spladekit.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers
 from spladekit.errors import SpladekitError
 from spladekit.files import atomic_directory
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
@@ -95,7 +95,8 @@ class SparseEncoder(nn.Module):
         from spladekit.model_card import write_model_card
 
         with atomic_directory(directory, overwrite=overwrite) as staging:
-            self.model.save_pretrained(staging, safe_serialization=True)
+            with quiet_transformers():
+                self.model.save_pretrained(staging, safe_serialization=True)
             self.tokenizer.save_pretrained(staging)
             metadata = {
                 "spladekit_version": __version__,

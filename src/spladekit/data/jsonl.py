@@ -43,17 +43,18 @@ def read_corpus(path: str | Path, id_field: str = "_id", text_field: str = "text
     if not path.is_file():
         raise InputError("no such file", path)
 
-    def records():
-        for number, line in _decoded_lines(path):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
-            yield number, record
+    return corpus_from_records(json_records(_decoded_lines(path), path), path, id_field=id_field, text_field=text_field)
 
-    return corpus_from_records(records(), path, id_field=id_field, text_field=text_field)
+
+def json_records(lines, path: str | Path):
+    """(line number, parsed JSON) for each non-blank line of ``lines`` ((number, text) pairs of ``path``)."""
+    for number, line in lines:
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
 
 
 def corpus_from_records(

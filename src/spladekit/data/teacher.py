@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from spladekit.data.jsonl import _decoded_lines
+from spladekit.data.jsonl import _decoded_lines, json_records
 from spladekit.errors import InputError
 
 TeacherScores = dict[tuple[str, str], float]
@@ -58,13 +58,7 @@ def read_teacher_jsonl(path: str | Path) -> TeacherScores:
     """``{"qid", "pid", "score"}`` lines; a repeated (qid, pid) pair is an error."""
     path = Path(path)
     scores: TeacherScores = {}
-    for number, line in numbered_lines(path):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
+    for number, record in json_records(numbered_lines(path), path):
         if not isinstance(record, dict) or not {"qid", "pid", "score"} <= record.keys():
             raise InputError('expected an object with "qid", "pid" and "score"', path, number)
         key = (_identifier(record["qid"], "qid", path, number), _identifier(record["pid"], "pid", path, number))

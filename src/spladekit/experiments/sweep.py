@@ -30,8 +30,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Union
 
-import yaml
-
 from spladekit.errors import InputError, SpladekitError
 from spladekit.files import atomic_file
 
@@ -104,17 +102,10 @@ def _check_modes(values, where: str, source: str) -> list[str]:
 
 def load_sweep(path: str | Path) -> SweepConfig:
     """Read and check a sweep file (unknown keys name the closest existing one)."""
-    from spladekit.train.config import build_dataclass, config_from_dict
+    from spladekit.train.config import build_dataclass, config_from_dict, read_yaml
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError("no such sweep file", path)
-    try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
-                         None if mark is None else mark.line + 1) from None
+    values = read_yaml(path, "sweep file")
     source = str(path)
     if not isinstance(values, dict) or not isinstance(values.get("recipe", {}), dict):
         raise InputError("a sweep file is a mapping with a 'recipe' mapping (a `spladekit train` config)", source)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import transformers
-
+from spladekit.backbone import quiet_transformers
 from spladekit.errors import SpladekitError
 from spladekit.files import atomic_directory
 
@@ -36,11 +35,8 @@ def export_sentence_transformers(encoder, output: str | Path, overwrite: bool = 
     """Write ``encoder`` (a spladekit ``SparseEncoder``) as a sentence-transformers SparseEncoder folder."""
     st = _sentence_transformers()
     output = Path(output)
-    transformers.utils.logging.disable_progress_bar()  # one-line CLI output, as in backbone loading
-    try:
+    with quiet_transformers():  # one-line CLI output, as in backbone loading
         _write(st, encoder, output, overwrite, trust_remote_code)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
     return output
 
 

@@ -216,6 +216,18 @@ def config_from_dict(values: dict, source: str | None = None) -> TrainConfig:
     return config
 
 
+def read_yaml(path: Path, what: str = "file"):
+    """Parse a YAML file; a syntax error names the file and line."""
+    if not path.is_file():
+        raise InputError(f"no such {what}", path)
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
+                         None if mark is None else mark.line + 1) from None
+
+
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
     """Read ``path`` (YAML), apply ``--set`` overrides, check everything against the schema."""
     values: dict = {}
@@ -223,14 +235,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
     if path is not None:
         path = Path(path)
         source = str(path)
-        if not path.is_file():
-            raise InputError("no such config file", path)
-        try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
-                             None if mark is None else mark.line + 1) from None
+        values = read_yaml(path, "config file")
     for assignment in overrides:
         apply_override(values, assignment)
     return config_from_dict(values, source)
