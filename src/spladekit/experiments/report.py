@@ -101,9 +101,11 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
     return summary
 
 
-def _format(value) -> str:
+def _format(value, column: str = "") -> str:
     if value is None:
         return ""
+    if column in ("k", "inflate", "auto_k", "best_k") and isinstance(value, (int, float)):
+        return f"{value:g}"
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 1000 else f"{value:.0f}"
     return str(value)
@@ -117,15 +119,15 @@ def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
         out.write(f"Produced by: `{command}`\n\n")
     out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
     for row in rows:
-        out.write("| " + " | ".join(_format(row.get(column)) for column in columns) + " |\n")
+        out.write("| " + " | ".join(_format(row.get(column), column) for column in columns) + " |\n")
     metric = primary_metric(rows)
     if summary:
         out.write(f"\n## Best k per backbone (by {metric})\n\n")
         out.write("| backbone | initial head norm | best k | mode | " + metric + " | k ranking | auto-k | auto-k in best two |\n")
         out.write("|---|---|---|---|---|---|---|---|\n")
         for backbone, item in summary.items():
-            out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {item['best_k']} | {item['best_mode']} | "
-                      f"{_format(item[metric])} | {', '.join(map(str, item['k_ranking']))} | {_format(item['auto_k'])} | "
+            out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {_format(item['best_k'], 'k')} | {item['best_mode']} | "
+                      f"{_format(item[metric])} | {', '.join(_format(k, 'k') for k in item['k_ranking'])} | {_format(item['auto_k'], 'k')} | "
                       f"{item['auto_k_in_best_two']} |\n")
     out.write("\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
               "![head norm vs best k](plots/head_norm_vs_best_k.png)\n")
@@ -150,7 +152,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
                 continue
             metrics = read_metrics(directory / "runs" / row["run"])
             if metrics:
-                axis.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label=f"k={row['k']} {row['mode']}")
+                axis.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label=f"k={_format(row['k'], 'k')} {row['mode']}")
         axis.set_title(backbone)
         axis.set_xlabel("step")
         axis.set_ylabel("training loss")
@@ -167,7 +169,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
         points = [row for row in rows if row["backbone"] == backbone and row.get(metric) is not None and row.get("FLOPS")]
         axis.scatter([row["FLOPS"] for row in points], [row[metric] for row in points], label=backbone)
         for row in points:
-            axis.annotate(f"k={row['k']}{'' if row['mode'] in ('none', 'tied') else ' u'}", (row["FLOPS"], row[metric]),
+            axis.annotate(f"k={_format(row['k'], 'k')}{'' if row['mode'] in ('none', 'tied') else ' u'}", (row["FLOPS"], row[metric]),
                           fontsize=7)
     axis.set_xscale("log")
     axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
