@@ -95,8 +95,9 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
         auto = ranked[0].get("auto_k")
         summary[backbone] = {"best_run": ranked[0]["run"], "best_k": ranked[0]["k"], "best_mode": ranked[0]["mode"],
                              metric: ranked[0][metric], "k_ranking": ks, "auto_k": auto,
-                             "auto_k_in_best_two": None if auto is None else float(auto) in [float(k) for k in ks[:2]
-                                                                                              if k != "auto"],
+                             # None when auto-k's value was not part of the runs (nothing to compare)
+                             "auto_k_in_best_two": (float(auto) in [float(k) for k in ks[:2] if k != "auto"])
+                             if auto is not None and float(auto) in [float(k) for k in ks if k != "auto"] else None,
                              "initial_head_norm": ranked[0].get("initial_head_norm")}
     return summary
 
