@@ -8,14 +8,8 @@ import scipy.sparse as sp
 import torch
 
 from spladekit import SparseEncoder
+from tiny_models import SAMPLE_TEXTS as TEXTS
 
-TEXTS = [
-    "what is the capital of france",
-    "paris is the capital city of france on the river seine and a quick brown fox jumps over the lazy dog",
-    "a cat",
-    "vitamin d deficiency causes bone pain",
-    "python list",
-]
 
 
 def load(directory, arch):

@@ -14,14 +14,8 @@ from hypothesis import strategies as st
 from spladekit import SparseEncoder
 from spladekit.errors import SpladekitError
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
+from tiny_models import SAMPLE_TEXTS as TEXTS
 
-TEXTS = [
-    "what is the capital of france",
-    "paris is the capital city of france on the river seine and a quick brown fox jumps over the lazy dog",
-    "a cat",
-    "vitamin d deficiency causes bone pain",
-    "python list",
-]
 
 
 def random_inputs(batch=3, length=6, width=4, vocab=23, seed=0, dtype=torch.float64, zero_row=True):

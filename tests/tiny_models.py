@@ -35,6 +35,14 @@ cat dog sat mat quick brown fox jumps over lazy data science protein cell gene s
 SUBWORDS = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,?!-")
 VOCAB = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + SUBWORDS))
 MAX_POSITIONS = 128
+# Texts made of VOCAB words, with very different lengths (padding and batching tests).
+SAMPLE_TEXTS = [
+    "what is the capital of france",
+    "paris is the capital city of france on the river seine and a quick brown fox jumps over the lazy dog",
+    "a cat",
+    "vitamin d deficiency causes bone pain",
+    "python list",
+]
 
 
 def tiny_tokenizer() -> T.PreTrainedTokenizerBase:

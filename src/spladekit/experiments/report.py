@@ -135,6 +135,15 @@ def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
     return out.getvalue()
 
 
+def _save(figure, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     import matplotlib
 
@@ -159,10 +168,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
         axis.set_ylabel("training loss")
         axis.set_yscale("symlog")
         axis.legend(fontsize=7)
-    figure.tight_layout()
-    written.append(plots / "loss_curves.png")
-    figure.savefig(written[-1], dpi=110)
-    plt.close(figure)
+    written.append(_save(figure, plots / "loss_curves.png"))
 
     metric = primary_metric(rows)
     figure, axis = plt.subplots(figsize=(6, 4.2))
@@ -176,10 +182,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
     axis.set_ylabel(metric or "effectiveness")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    written.append(plots / "effectiveness_vs_flops.png")
-    figure.savefig(written[-1], dpi=110)
-    plt.close(figure)
+    written.append(_save(figure, plots / "effectiveness_vs_flops.png"))
 
     figure, axis = plt.subplots(figsize=(5.5, 4))
     for backbone, item in summary.items():
@@ -193,10 +196,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     axis.set_xlabel("initial ‖W_head‖_F")
     axis.set_ylabel("k (o: best, x: auto-k)")
     axis.legend(fontsize=7)
-    figure.tight_layout()
-    written.append(plots / "head_norm_vs_best_k.png")
-    figure.savefig(written[-1], dpi=110)
-    plt.close(figure)
+    written.append(_save(figure, plots / "head_norm_vs_best_k.png"))
     return written
 
 
