@@ -77,6 +77,9 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch):
     stamp = (output / "runs" / "bert__k8__tied" / "model" / "model.safetensors").stat().st_mtime_ns
     run_sweep(sweep, output, only=["bert__k8"])
     assert (output / "runs" / "bert__k8__tied" / "model" / "model.safetensors").stat().st_mtime_ns == stamp
+    # --only narrows what runs, not the recorded plan
+    assert json.loads((output / "plan.json").read_text())["runs"] == [cell.name for cell in plan(sweep)]
+    assert len(plan(sweep)) == 4
 
 
 def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):

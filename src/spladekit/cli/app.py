@@ -34,6 +34,8 @@ def emit(payload: dict, as_json: bool, output: Path | None, human: str) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    # Our own progress messages (sweep cells, skipped runs) are INFO; other libraries stay at WARNING.
+    logging.getLogger("spladekit").setLevel(logging.INFO)
     try:
         app()
     except SpladekitError as error:

@@ -365,10 +365,12 @@ def run_sweep(sweep: SweepConfig, output: str | Path, only: list[str] | None = N
     """Run every cell (or those whose name contains one of ``only``), skipping finished ones."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    cells = [c for c in plan(sweep) if not only or any(part in c.name for part in only)]
-    _write_json(output / PLAN_FILE, {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in cells]})
+    grid = plan(sweep)
+    # plan.json is the whole grid, so a report can tell missing runs from runs never planned.
+    _write_json(output / PLAN_FILE, {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in grid]})
+    cells = [c for c in grid if not only or any(part in c.name for part in only)]
     records = []
     for index, cell in enumerate(cells, start=1):
-        log.warning("[%d/%d] %s", index, len(cells), cell.name)
+        log.info("[%d/%d] %s", index, len(cells), cell.name)
         records.append(run_cell(cell, sweep, output))
     return records
