@@ -109,7 +109,34 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     assert [m["step"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]
 
 
+def test_backbone_set_overrides_only_that_backbones_recipe(tmp_path, monkeypatch):
+    from spladekit.experiments.sweep import run_cell
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    bert = str(build_tiny_model("bert", tmp_path / "bert"))
+    sweep = load_sweep(write_sweep(tmp_path, k=[1], backbones=[
+        {"name": "bert", "id": bert},
+        {"name": "bert-lq0.5", "id": bert, "set": ["regularizer.lambda_q=0.5", "optimization.steps=2"]}]))
+    output = tmp_path / "out"
+    for name in ("bert", "bert-lq0.5"):
+        run_cell(Cell(name, 1.0, "none"), sweep, output)
+    plain, variant = (yaml.safe_load((output / "runs" / f"{name}__k1__none" / "config.yaml").read_text())
+                      for name in ("bert", "bert-lq0.5"))
+    assert (plain["regularizer"]["lambda_q"], plain["optimization"]["steps"]) == (1e-3, 3)
+    assert (variant["regularizer"]["lambda_q"], variant["optimization"]["steps"]) == (0.5, 2)
+    assert variant["regularizer"]["lambda_d"] == 1e-3  # untouched keys keep the shared recipe's value
+    assert json.loads((output / "runs" / "bert-lq0.5__k1__none" / "run.json").read_text())["set"] == [
+        "regularizer.lambda_q=0.5", "optimization.steps=2"]
+
+
 def test_bad_sweep_files_are_clear_errors(tmp_path):
+    def backbone_with(assignments):
+        return [{"name": "b", "id": str(tmp_path / "bert"), "set": assignments}]
+
+    with pytest.raises(InputError, match="did you mean 'regularizer.lambda_q'"):
+        load_sweep(write_sweep(tmp_path, backbones=backbone_with(["regularizer.lamda_q=1"])))
+    with pytest.raises(InputError, match="backbone and rescale are set by the sweep"):
+        load_sweep(write_sweep(tmp_path, backbones=backbone_with(["rescale.k=2"])))
     with pytest.raises(InputError, match="did you mean 'backbones'"):
         load_sweep(write_sweep(tmp_path, backbone=[]))
     with pytest.raises(InputError, match="k must be a positive number or 'auto'"):

@@ -45,6 +45,7 @@ def collect(directory: str | Path) -> list[dict]:
         metrics = read_metrics(run_dir)
         row = {key: record.get(key) for key in ("run", "backbone", "k", "mode", "inflate", "status",
                                                  "initial_head_norm", "auto_k")}
+        row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
         for suite, measure, column in SUITE_COLUMNS:
             row[column] = evaluation.get(suite, {}).get(measure)
         collections = {name: result for name, result in evaluation.items() if name not in dict.fromkeys(s for s, _, _ in SUITE_COLUMNS)}

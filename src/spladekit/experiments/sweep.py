@@ -49,6 +49,8 @@ class BackboneSpec:
     inflate_mode: Literal["tied", "untie"] = "tied"  # tied: the shared matrix (inputs too); untie: the head only
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
     modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
+    # recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS λ)
+    set: Union[list, None] = None
 
 
 @dataclass
@@ -128,6 +130,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         spec.modes = _check_modes(spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
         if spec.inflate is not None and not spec.inflate > 0:
             raise InputError(f"backbones[{index}].inflate must be positive", source)
+        for assignment in spec.set or []:
+            if str(assignment).startswith(("backbone.", "rescale.")):
+                raise InputError(f"backbones[{index}].set: {assignment!r}: backbone and rescale are set by the sweep", source)
         specs.append(spec)
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
@@ -135,8 +140,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
     sweep.backbones = specs
     sweep.k = [_check_k(k, "k", source) for k in sweep.k]
     sweep.modes = _check_modes(sweep.modes, "modes", source)
-    # The recipe must be a valid training config once a backbone is filled in.
-    config_from_dict(_run_values(sweep, specs[0], Cell(specs[0].name, 1.0, "none"), specs[0].id), source)
+    # The recipe (with each backbone's overrides) must be a valid training config once a backbone is filled in.
+    for spec in specs:
+        config_from_dict(_run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id, source), source)
     return sweep
 
 
@@ -150,8 +156,13 @@ def plan(sweep: SweepConfig) -> list[Cell]:
     return list(dict.fromkeys(cells))
 
 
-def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_path: str) -> dict:
+def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_path: str, source: str = "sweep") -> dict:
+    """The training config of one cell: the shared recipe, the backbone's ``set`` overrides, backbone and k."""
+    from spladekit.train.config import apply_override
+
     values = copy.deepcopy(sweep.recipe)
+    for assignment in spec.set or []:
+        apply_override(values, assignment, f"{source}: backbone {spec.name!r} set")
     values["backbone"] = {**values.get("backbone", {}), "id": backbone_path, "trust_remote_code": spec.trust_remote_code}
     rescale = {"k": None if cell.k == 1.0 else cell.k}
     if cell.mode != "none":
@@ -260,7 +271,6 @@ def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
     problems = _data_check(sweep)
     checks, estimates = {}, {}
     throughput = _machine_flops_per_second() * 0.25  # training reaches a fraction of peak matmul speed
-    steps = sweep.recipe.get("optimization", {}).get("steps", 1000)
     online = any(not _looks_local(spec.id) for spec in sweep.backbones) and hub_reachable()
     for spec in sweep.backbones:
         try:
@@ -276,8 +286,9 @@ def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
                                                 local_files_only=not online)
             text = config.get_text_config()
             hidden = getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None) or getattr(text, "dim", 768)
-            flops = estimate_step_flops(parameters, text.vocab_size, hidden, sweep.recipe)
-            estimates[spec.name] = steps * flops / throughput
+            recipe = _run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id)
+            flops = estimate_step_flops(parameters, text.vocab_size, hidden, recipe)
+            estimates[spec.name] = recipe.get("optimization", {}).get("steps", 1000) * flops / throughput
     cells = plan(sweep)
     rows = [{"run": cell.name, "backbone": cell.backbone, "k": cell.k, "mode": cell.mode,
              "backbone_check": checks.get(cell.backbone, "failed"),
@@ -346,7 +357,7 @@ def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     path, initial = prepare_backbone(spec, output)
     config = config_from_dict(_run_values(sweep, spec, cell, path), f"{cell.name} (sweep recipe)")
     record = {"run": cell.name, "backbone": cell.backbone, "backbone_id": spec.id, "inflate": spec.inflate,
-              "inflate_mode": spec.inflate_mode, "k": cell.k, "mode": cell.mode, "status": "training",
+              "inflate_mode": spec.inflate_mode, "set": spec.set, "k": cell.k, "mode": cell.mode, "status": "training",
               "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"],
               "initial_median_pair_score": initial["median_pair_score"]}
     began = time.perf_counter()

@@ -193,14 +193,16 @@ def build_dataclass(cls, values: dict, prefix: str, source: str | None):
     return cls(**kwargs)
 
 
-def apply_override(values: dict, assignment: str) -> None:
-    """Apply one ``section.key=value`` (value parsed as YAML) to the nested mapping ``values``."""
-    key, separator, raw = assignment.partition("=")
+def apply_override(values: dict, assignment: str, where: str = "--set") -> None:
+    """Apply one ``section.key=value`` (value parsed as YAML) to the nested mapping ``values``.
+
+    ``where`` names the origin in errors (the command-line option, or a sweep file's entry)."""
+    key, separator, raw = assignment.partition("=") if isinstance(assignment, str) else ("", "", "")
     if not separator or not key.strip():
-        raise SpladekitError(f"--set {assignment!r}: expected section.key=value")
+        raise SpladekitError(f"{where} {assignment!r}: expected section.key=value")
     key = key.strip()
     if key not in _all_keys(TrainConfig):
-        raise _unknown_key(key, "--set")
+        raise _unknown_key(key, where)
     *sections, leaf = key.split(".")
     target = values
     for section in sections:
