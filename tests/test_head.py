@@ -10,7 +10,8 @@ import torch
 from spladekit import SparseEncoder
 from spladekit.backbone import is_tied, vocab_projection
 from spladekit.errors import SpladekitError
-from spladekit.head import AUTO_K_CANDIDATES, diagnose, head_norms, recommend_k, rescale, rescale_record
+from spladekit.head import (AUTO_K_CANDIDATES, diagnose, head_norms, recommend_k, recommend_mode, rescale, rescale_record,
+                            word_position_ratio)
 from tiny_models import ARCHITECTURES, build_tiny_model
 
 TEXTS = ["what is the capital of france", "paris is the capital city of france on the river seine", "a cat"]
@@ -138,3 +139,24 @@ def test_simulated_inflation_is_undone_by_rescaling_with_the_same_k(mode, tiny_m
     assert torch.equal(vocab_projection(encoder.model).weight, original * 8)
     rescale(encoder.model, 8, mode=mode)
     assert torch.equal(vocab_projection(encoder.model).weight, original)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize("mode", ["tied", "untie"])
+def test_word_position_ratio_follows_the_rescaling_mode(arch, mode, tiny_model_dirs, caplog):
+    model = load(tiny_model_dirs[arch], arch).model
+    before = word_position_ratio(model)
+    if arch in ("modernbert", "ettin"):  # rotary positions: no table, nothing to damage
+        assert before is None and recommend_mode(model, 64) == "tied"
+        return
+    k = 4 * max(before, 1.0)  # large enough to push the ratio below 1 in tied mode
+    assert recommend_mode(model, 1) == "tied" and recommend_mode(model, k) == "untie"
+    with caplog.at_level("WARNING", logger="spladekit"):
+        rescale(model, k, mode=mode)
+    after = word_position_ratio(model)
+    if mode == "tied":  # the input word embeddings are the head: divided by k with it
+        assert after == pytest.approx(before / k, rel=1e-5)
+        assert "positions will dominate" in caplog.text
+    else:
+        assert after == before and "positions will dominate" not in caplog.text
+        assert recommend_mode(model, k) == "tied"  # untied now: rescaling the head cannot touch the inputs

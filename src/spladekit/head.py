@@ -9,6 +9,7 @@ which separates "head scale" from "smaller input embeddings".
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -18,6 +19,8 @@ from torch import nn
 from spladekit.backbone import is_tied, projection_path, vocab_projection
 from spladekit.errors import SpladekitError
 from spladekit.pooling import splade_max_pool
+
+log = logging.getLogger("spladekit")
 
 RESCALE_MODES = ("tied", "untie")
 CONFIG_ATTRIBUTE = "spladekit_rescale"  # stored in config.json, so a reload never rescales twice
@@ -67,6 +70,8 @@ class HeadReport:
     median_pair_score: float
     mean_score: float
     recommended_k: float
+    recommended_mode: str = "tied"
+    word_position_ratio: float | None = None
     rescale: dict | None = None
     fresh_keys: list[str] = field(default_factory=list)
     scores_by_k: dict[str, float] = field(default_factory=dict)
@@ -111,6 +116,10 @@ def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool =
     k = _check_k(k)
     if rescale_record(model) is not None:
         raise SpladekitError(f"head already rescaled ({rescale_record(model)}); rescaling twice would compound")
+    if mode == "tied" and recommend_mode(model, k) == "untie":
+        log.warning("tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
+                    "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
+                    "rescales the head only", k, word_position_ratio(model), word_position_ratio(model) / k)
     divide_head(model, k, mode=mode, divide_bias=rescale_bias)
     setattr(model.config, CONFIG_ATTRIBUTE, {"k": k, "mode": mode, "rescale_bias": rescale_bias})
     return model
@@ -158,6 +167,34 @@ def head_norms(model: nn.Module) -> dict:
         "bias_mean": None if bias is None else float(bias.detach().float().mean()),
         "bias_std": None if bias is None else float(bias.detach().float().std()),
     }
+
+
+def word_position_ratio(model: nn.Module) -> float | None:
+    """Median input word-embedding row norm ÷ median absolute position-embedding row norm.
+
+    BERT-style models (BERT, DistilBERT, ALBERT, RoBERTa) add a position vector to each word vector
+    before their embedding LayerNorm, so ``tied`` rescaling by k divides this ratio by k; below 1 the
+    positions outweigh the words ("input damage"). None for models without an absolute position table
+    (rotary ones such as ModernBERT and Ettin), where the embedding LayerNorm makes the input scale-free.
+    """
+    tables = [module for name, module in model.named_modules()
+              if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)]
+    if not tables:
+        return None
+    words = model.get_input_embeddings().weight.detach().float().norm(dim=1).median()
+    positions = tables[0].weight.detach().float().norm(dim=1).median()
+    return float(words / positions) if positions > 0 else None
+
+
+def recommend_mode(model: nn.Module, k: float) -> str:
+    """``untie`` when ``tied`` rescaling by k would leave word embeddings smaller than position embeddings.
+
+    Rule: tied head, k > 1 and ``word_position_ratio / k < 1``. In the CPU mini-reproduction
+    (docs/results/mini-repro.md) it picks the better mode of every tied/untie pair run; it was stated
+    after those runs, so treat it as a measured heuristic, not a law.
+    """
+    ratio = word_position_ratio(model)
+    return "untie" if k > 1 and is_tied(model) and ratio is not None and ratio / k < 1 else "tied"
 
 
 def _pooled_by_k(encoder, texts: list[str], candidates, max_length: int) -> dict[float, torch.Tensor]:
@@ -218,7 +255,9 @@ def diagnose(encoder, pairs=SAMPLE_PAIRS, max_length: int = 256) -> HeadReport:
         max_term_weight=float(active.max()) if active.numel() else 0.0,
         median_pair_score=pair_scores[1],
         mean_score=float((q @ d.T).mean()),
-        recommended_k=recommend_k(pair_scores),
+        recommended_k=(k := recommend_k(pair_scores)),
+        recommended_mode=recommend_mode(model, k),
+        word_position_ratio=word_position_ratio(model),
         rescale=applied,
         fresh_keys=list(getattr(encoder, "fresh_keys", [])),
         scores_by_k={str(k): round(score, 4) for k, score in pair_scores.items()},

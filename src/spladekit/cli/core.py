@@ -27,7 +27,9 @@ def _report_text(report) -> str:
         f"term weight mean {report.mean_term_weight:.3f} max {report.max_term_weight:.3f}",
         f"initial scores    median pair {report.median_pair_score:.2f}  mean q x d {report.mean_score:.2f}",
         f"pair score by k   {report.scores_by_k}",
-        f"recommended k     {report.recommended_k:g}",
+        f"recommended k     {report.recommended_k:g}  mode {report.recommended_mode}"
+        + ("" if report.word_position_ratio is None else
+           f"  (word/position embedding norm {report.word_position_ratio:.2f}; tied divides it by k, untie below 1)"),
     ]
     if report.rescale:
         lines.append(f"already rescaled  {report.rescale} (recommended k is relative to this)")
