@@ -116,9 +116,10 @@ def test_backbone_set_overrides_only_that_backbones_recipe(tmp_path, monkeypatch
     bert = str(build_tiny_model("bert", tmp_path / "bert"))
     sweep = load_sweep(write_sweep(tmp_path, k=[1], backbones=[
         {"name": "bert", "id": bert},
-        {"name": "bert-lq0.5", "id": bert, "set": ["regularizer.lambda_q=0.5", "optimization.steps=2"]}]))
+        {"name": "bert-lq0.5", "id": bert, "set": ["regularizer.lambda_q=0.5", "optimization.steps=2"]},
+        {"name": "bert-lq0.1", "id": bert, "set": ["regularizer.lambda_q=0.1", "optimization.steps=2"]}]))
     output = tmp_path / "out"
-    for name in ("bert", "bert-lq0.5"):
+    for name in ("bert", "bert-lq0.5", "bert-lq0.1"):
         run_cell(Cell(name, 1.0, "none"), sweep, output)
     plain, variant = (yaml.safe_load((output / "runs" / f"{name}__k1__none" / "config.yaml").read_text())
                       for name in ("bert", "bert-lq0.5"))
@@ -127,6 +128,20 @@ def test_backbone_set_overrides_only_that_backbones_recipe(tmp_path, monkeypatch
     assert variant["regularizer"]["lambda_d"] == 1e-3  # untouched keys keep the shared recipe's value
     assert json.loads((output / "runs" / "bert-lq0.5__k1__none" / "run.json").read_text())["set"] == [
         "regularizer.lambda_q=0.5", "optimization.steps=2"]
+
+    # the report lists the overrides and joins the two recipe variants of k=1 into one trade-off curve
+    import matplotlib.axes
+
+    curves = []
+    plot_line = matplotlib.axes.Axes.plot
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
+                        lambda axis, *a, **kw: curves.append((kw.get("label"), len(a[0]))) or plot_line(axis, *a, **kw))
+    build_report(output)
+    with (output / "results.csv").open() as stream:
+        overrides = {row["backbone"]: row["set"] for row in csv.DictReader(stream)}
+    assert overrides == {"bert": "", "bert-lq0.5": "regularizer.lambda_q=0.5 optimization.steps=2",
+                         "bert-lq0.1": "regularizer.lambda_q=0.1 optimization.steps=2"}
+    assert ("k=1 none across recipes", 2) in curves
 
 
 def test_bad_sweep_files_are_clear_errors(tmp_path):

@@ -43,7 +43,7 @@ def collect(directory: str | Path) -> list[dict]:
         evaluation_path = run_dir / EVALUATION_FILE
         evaluation = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
         metrics = read_metrics(run_dir)
-        row = {key: record.get(key) for key in ("run", "backbone", "k", "mode", "inflate", "status",
+        row = {key: record.get(key) for key in ("run", "backbone", "backbone_id", "k", "mode", "inflate", "status",
                                                  "initial_head_norm", "auto_k")}
         row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
         for suite, measure, column in SUITE_COLUMNS:
@@ -179,6 +179,16 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
         for row in points:
             axis.annotate(f"k={_format(row['k'], 'k')}{'' if row['mode'] in ('none', 'tied') else ' u'}", (row["FLOPS"], row[metric]),
                           fontsize=7)
+    # Recipe variants of one backbone (`set`, e.g. a λ sweep): join each k/mode's points into a trade-off curve.
+    curves: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if row.get("set") and row.get(metric) is not None and row.get("FLOPS"):
+            curves.setdefault((row.get("backbone_id"), row.get("inflate"), row["k"], row["mode"]), []).append(row)
+    for (_, _, k, mode), points in curves.items():
+        if len(points) > 1:
+            points.sort(key=lambda row: row["FLOPS"])
+            axis.plot([row["FLOPS"] for row in points], [row[metric] for row in points], linestyle=":", linewidth=1,
+                      label=f"k={_format(k, 'k')} {mode} across recipes")
     axis.set_xscale("log")
     axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
     axis.set_ylabel(metric or "effectiveness")

@@ -190,11 +190,14 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
-    """('ok' | 'not checked: …', parameter count or None) without loading any weights."""
+    """('ok' | 'not checked: …', body parameter count or None) without loading any weights.
+
+    The body count leaves out embedding tables (lookups, no matmul) and the vocabulary projection
+    (counted separately by :func:`estimate_step_flops`)."""
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from spladekit.backbone import _check_local_folder, _looks_local
+    from spladekit.backbone import _check_local_folder, _looks_local, vocab_projection
 
     local = _looks_local(spec.id)
     if local:
@@ -210,7 +213,9 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
     try:
         with torch.device("meta"):
             model = AutoModelForMaskedLM.from_config(config, trust_remote_code=spec.trust_remote_code)
-        return "ok", sum(p.numel() for p in model.parameters())
+        not_matmul = {id(p) for module in model.modules() if isinstance(module, torch.nn.Embedding)
+                      for p in module.parameters()} | {id(vocab_projection(model).weight)}
+        return "ok", sum(p.numel() for p in model.parameters() if id(p) not in not_matmul)
     except Exception as error:  # noqa: BLE001 - a size estimate must not stop the dry run
         return f"ok (size unknown: {type(error).__name__})", None
 
@@ -257,7 +262,8 @@ def _machine_flops_per_second() -> float:
 
 
 def estimate_step_flops(parameters: int, vocab: int, hidden: int, recipe: dict) -> float:
-    """≈ training FLOPs per step: 6·params·tokens (body, forward + backward) + 2·tokens·H·V (head forward)."""
+    """≈ training FLOPs per step: 6·params·tokens (body without embeddings, forward + backward) +
+    2·tokens·H·V (head forward; the fused head's backward is sparse, see pooling.py)."""
     data, opt = recipe.get("data", {}), recipe.get("optimization", {})
     batch = opt.get("batch_size", 8)
     tokens = batch * (data.get("query_max_length", 32) + (1 + data.get("negatives", 1)) * data.get("doc_max_length", 128))
