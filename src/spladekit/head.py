@@ -117,9 +117,10 @@ def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool =
     if rescale_record(model) is not None:
         raise SpladekitError(f"head already rescaled ({rescale_record(model)}); rescaling twice would compound")
     if mode == "tied" and recommend_mode(model, k) == "untie":
+        ratio = word_position_ratio(model)
         log.warning("tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
                     "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
-                    "rescales the head only", k, word_position_ratio(model), word_position_ratio(model) / k)
+                    "rescales the head only", k, ratio, ratio / k)
     divide_head(model, k, mode=mode, divide_bias=rescale_bias)
     setattr(model.config, CONFIG_ATTRIBUTE, {"k": k, "mode": mode, "rescale_bias": rescale_bias})
     return model
