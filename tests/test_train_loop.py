@@ -160,6 +160,20 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
     assert f"rescale.k: auto resolved to {expected:g}" in caplog.text
 
 
+@pytest.mark.parametrize("k, expected", [(4.0, "tied"), (64.0, "untie")])
+def test_auto_mode_unties_when_tied_rescaling_would_let_positions_dominate(k, expected, triplets_file, tmp_path):
+    from spladekit.head import word_position_ratio
+
+    inflated = build_tiny_model("bert", tmp_path / "inflated", head_scale=16.0)  # tied: inputs ×16 too
+    ratio = word_position_ratio(SparseEncoder.from_pretrained(inflated).model)
+    assert 4 < ratio < 64  # so k = 4 keeps words above positions, k = 64 does not
+    config = tiny_config(inflated, triplets_file, rescale={"k": k, "mode": "auto"}, optimization={"steps": 1})
+    output = train(config, tmp_path / "auto-mode")
+    text = (output / "config.yaml").read_text()
+    assert yaml.safe_load(text)["rescale"]["mode"] == expected and text.startswith("# rescale.mode was 'auto'")
+    assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"]["mode"] == expected
+
+
 def test_evaluation_hook_calls_evaluate_and_leaves_training_unchanged(tiny_bert, triplets_file, tmp_path):
     plain = train(tiny_config(tiny_bert, triplets_file), tmp_path / "plain")
     collection = write_beir(tmp_path / "collection")

@@ -22,12 +22,13 @@ SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
 def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_code: bool) -> list[str]:
-    """``--set`` assignments for a short run: auto-k, warm-ups scaled to the number of steps."""
+    """``--set`` assignments for a short run: auto k and mode, warm-ups scaled to the number of steps."""
     warmup = max(1, steps // 10)
     return [
         f"backbone.id={json.dumps(str(backbone))}",
         f"backbone.trust_remote_code={str(trust_remote_code).lower()}",
         "rescale.k=auto",
+        "rescale.mode=auto",
         f"data.path={json.dumps(str(triplets))}",
         f"optimization.steps={steps}",
         f"optimization.warmup_steps={warmup}",
@@ -86,7 +87,7 @@ def quickstart(
     before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
 
     run = train(settings, output / "train", overwrite=True)
-    k = float(settings.rescale.k)  # "auto" resolved by the training loop
+    k = float(settings.rescale.k)  # "auto" k and mode resolved by the training loop
     rescale(encoder.model, k, mode=settings.rescale.mode, rescale_bias=settings.rescale.rescale_bias)
     initial_norms = head_norms(encoder.model)
     trained = SparseEncoder.from_pretrained(run / "model", trust_remote_code=trust_remote_code)

@@ -2,7 +2,7 @@
 
 Every key is checked against the schema: a key that does not exist is an error naming the closest
 existing key (``difflib``), a value of the wrong type or outside its choices is an error naming the key.
-The fully resolved configuration (defaults filled in, ``rescale.k: auto`` replaced by the number it
+The fully resolved configuration (defaults filled in, ``rescale.k/mode: auto`` replaced by the value it
 resolved to) is saved with the run as ``config.yaml``.
 """
 
@@ -31,7 +31,7 @@ class BackboneConfig:
 @dataclass
 class RescaleConfig:
     k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": head.diagnose's recommended_k
-    mode: Literal["tied", "untie"] = "tied"
+    mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
     rescale_bias: bool = False
     auto_pairs: int = 64  # training (query, positive) pairs that "auto" diagnoses the head on
 

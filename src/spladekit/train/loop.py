@@ -41,7 +41,7 @@ from spladekit.data.training import Example, TrainingSet, load_training_set
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import SpladekitError
 from spladekit.files import check_new_output
-from spladekit.head import diagnose, head_norms, rescale
+from spladekit.head import diagnose, head_norms, recommend_mode, rescale
 from spladekit.train import distributed
 from spladekit.train.checkpoint import (
     checkpoints,
@@ -77,22 +77,27 @@ def seed_everything(seed: int) -> None:
 
 
 def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> SparseEncoder:
-    """Load the backbone and rescale its head once; ``rescale.k: auto`` is resolved in ``config``.
+    """Load the backbone and rescale its head once; ``rescale.k/mode: auto`` are resolved in ``config``.
 
-    ``auto`` runs ``head.diagnose`` on the first ``rescale.auto_pairs`` (query, positive) pairs of the
-    training data and takes its ``recommended_k``.
+    ``k: auto`` runs ``head.diagnose`` on the first ``rescale.auto_pairs`` (query, positive) pairs of the
+    training data and takes its ``recommended_k``; ``mode: auto`` takes ``head.recommend_mode`` for that k.
     """
     backbone, setting = config.backbone, config.rescale
-    if setting.k != "auto":
+    if "auto" not in (setting.k, setting.mode):
         return SparseEncoder.from_pretrained(backbone.id, rescale_k=setting.k, rescale_mode=setting.mode,
                                              rescale_bias=setting.rescale_bias,
                                              trust_remote_code=backbone.trust_remote_code)
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
-    groups = training_set.groups[: setting.auto_pairs]
-    pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
-    setting.k = diagnose(encoder, pairs, max_length=config.data.doc_max_length).recommended_k
-    logger.info("rescale.k: auto resolved to %g (head.diagnose recommended_k on %d training pairs)", setting.k, len(pairs))
-    rescale(encoder.model, setting.k, mode=setting.mode, rescale_bias=setting.rescale_bias)
+    if setting.k == "auto":
+        groups = training_set.groups[: setting.auto_pairs]
+        pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
+        setting.k = diagnose(encoder, pairs, max_length=config.data.doc_max_length).recommended_k
+        logger.info("rescale.k: auto resolved to %g (head.diagnose recommended_k on %d training pairs)", setting.k, len(pairs))
+    if setting.mode == "auto":
+        setting.mode = recommend_mode(encoder.model, setting.k or 1.0)
+        logger.info("rescale.mode: auto resolved to %s (head.recommend_mode)", setting.mode)
+    if setting.k is not None:
+        rescale(encoder.model, setting.k, mode=setting.mode, rescale_bias=setting.rescale_bias)
     return encoder
 
 
@@ -106,8 +111,9 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
     if not (output / CONFIG_FILE).is_file():
         raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
     saved = load_config(output / CONFIG_FILE)
-    if config.rescale.k == "auto":
-        config.rescale.k = saved.rescale.k
+    for key in ("k", "mode"):
+        if getattr(config.rescale, key) == "auto":
+            setattr(config.rescale, key, getattr(saved.rescale, key))
     differ = _changed_keys(saved.to_dict(), config.to_dict())
     if differ:
         raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
@@ -118,11 +124,12 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
     return found[-1]
 
 
-def write_run_config(output: Path, config: TrainConfig, k_was_auto: bool) -> None:
-    """The fully resolved config; a resolved ``rescale.k: auto`` is noted at the top."""
+def write_run_config(output: Path, config: TrainConfig, were_auto: list[str]) -> None:
+    """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
     output.mkdir(parents=True, exist_ok=True)
-    note = f"# rescale.k was 'auto': resolved to {config.rescale.k} (head.diagnose recommended_k)\n"
-    save_config(config, output / CONFIG_FILE, header=note if k_was_auto else "")
+    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (head.diagnose)\n"
+                   for key in were_auto)
+    save_config(config, output / CONFIG_FILE, header=note)
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -236,10 +243,10 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, pro
     seed_everything(config.seed)
     training_set = load_training_set(config.data)
     if checkpoint is None:
-        k_was_auto = config.rescale.k == "auto"
+        were_auto = [key for key in ("k", "mode") if getattr(config.rescale, key) == "auto"]
         encoder = initial_encoder(config, training_set)
         if processes.main:
-            write_run_config(output, config, k_was_auto)
+            write_run_config(output, config, were_auto)
     else:
         encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
     encoder.to(processes.device).train(config.backbone.dropout)
