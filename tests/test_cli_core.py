@@ -57,6 +57,14 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus):
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
+@pytest.mark.parametrize("arch, expected", [("bert", "untie"), ("modernbert", "tied")])  # positions table or rotary
+def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path):
+    result = spladekit("rescale", tiny_model_dirs[arch], "--k", "8", "--mode", "auto", "--output", tmp_path / "r", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["mode"] == expected
+    assert json.loads((tmp_path / "r" / "spladekit.json").read_text())["rescale"]["mode"] == expected
+
+
 @pytest.mark.parametrize(
     "content, needle",
     [

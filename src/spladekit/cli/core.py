@@ -69,7 +69,9 @@ def rescale(
     backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
     k: float = typer.Option(..., "--k", help="Divide the vocabulary projection by k (positive, finite)."),
     mode: str = typer.Option("tied", help="tied: scale the shared matrix, keep the tie (paper). "
-                             "untie: copy the head first, scale only the copy; input embeddings untouched."),
+                             "untie: copy the head first, scale only the copy; input embeddings untouched. "
+                             "auto: untie when tied rescaling would shrink word embeddings below position "
+                             "embeddings, else tied (see `spladekit diagnose`)."),
     rescale_bias: bool = typer.Option(False, "--rescale-bias", help="Divide the projection bias by k too."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the rescaled model (must not exist)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
@@ -78,10 +80,12 @@ def rescale(
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
     from spladekit.encoder import SparseEncoder
     from spladekit.files import check_new_output
-    from spladekit.head import head_norms, rescale as rescale_head
+    from spladekit.head import head_norms, recommend_mode, rescale as rescale_head
 
     check_new_output(output)
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    if mode == "auto":
+        mode = recommend_mode(encoder.model, k)
     before = head_norms(encoder.model)
     rescale_head(encoder.model, k, mode=mode, rescale_bias=rescale_bias)
     after = head_norms(encoder.model)
