@@ -11,7 +11,7 @@ import pytest
 from spladekit import SparseEncoder
 from spladekit.backbone import is_tied
 from spladekit.head import rescale_record
-from spladekit.sparse import load_vectors
+from spladekit.vectors import Vectors
 
 
 def spladekit(*args):
@@ -47,8 +47,9 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus):
     vectors_dir = tmp_path / "vectors"
     result = spladekit("encode", out, "--corpus", corpus, "--output", vectors_dir, "--batch-size", "2")
     assert result.returncode == 0, result.stderr
-    vectors, ids, meta = load_vectors(vectors_dir)
-    assert ids == ["d1", "d2", "d3"] and vectors.shape == (3, encoder.vocab_size)
+    loaded = Vectors.load(vectors_dir)
+    vectors = loaded.matrix
+    assert loaded.ids == ["d1", "d2", "d3"] and vectors.shape == (3, encoder.vocab_size)
     expected = encoder.encode(["France paris is the capital", "a cat sat", "vitamin d and bone pain"], show_progress=False)
     assert abs(vectors - expected).max() < 1e-5
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers

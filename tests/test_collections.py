@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from collection_files import DOCS, QRELS, QUERIES, write_beir
-from spladekit.data import SUITES, load_collection, load_suite, read_qrels, read_run, reconcile, write_run
+from spladekit.data import SUITES, load_collection, load_suite, read_qrels, reconcile
+from spladekit.run import Run
 from spladekit.data import collections as collections_module
 from spladekit.errors import InputError, SpladekitError
 
@@ -58,14 +59,15 @@ def test_trec_qrels_and_run_round_trip(tmp_path):
     path = tmp_path / "qrels.txt"
     path.write_text("q1 0 d1 2\nq1 0 d2 0\n\nq2 Q0 d3 1\n")
     assert read_qrels(path) == {"q1": {"d1": 2, "d2": 0}, "q2": {"d3": 1}}
-    run = {"q1": {"d2": 1.5, "d1": 3.25}, "q2": {"d3": 0.5}}
-    write_run(tmp_path / "run.trec", run)
+    run = Run({"q1": {"d2": 1.5, "d1": 3.25}, "q2": {"d3": 0.5}})
+    run.write(tmp_path / "run.trec")
     lines = (tmp_path / "run.trec").read_text().splitlines()
     assert lines[0] == "q1 Q0 d1 1 3.250000 spladekit" and lines[1].startswith("q1 Q0 d2 2 ")
-    assert read_run(tmp_path / "run.trec") == run
+    back = Run.read(tmp_path / "run.trec")
+    assert back.scores == run.scores and back.ranking("q1") == ["d1", "d2"]  # read back in rank order
     (tmp_path / "bad.trec").write_text("q1 Q0 d1 1 2.0 tag\nq1 Q0 d2 2 notanumber tag\n")
     with pytest.raises(InputError, match=r"bad\.trec:2: score must be a number"):
-        read_run(tmp_path / "bad.trec")
+        Run.read(tmp_path / "bad.trec")
 
 
 def test_hf_parquet_folder_like_a_downloaded_nanobeir_repo(tmp_path):

@@ -13,10 +13,13 @@ import scipy.sparse as sp
 
 from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
-from spladekit.data import load_collection, read_run, reconcile
+from spladekit.data import load_collection, reconcile
+from spladekit.errors import SpladekitError
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
 from spladekit.index import ExactSearcher
-from spladekit.sparse import save_vectors
+from spladekit.run import Run
+from spladekit.vectors import Vectors
 from tiny_models import build_tiny_model
 
 MEASURES = ("nDCG@10", "RR@10", "R@1000")
@@ -56,15 +59,17 @@ def test_compute_metrics_equals_ir_measures(tmp_path):
     run_path.write_text("q1 Q0 d2 1 3.0 t\nq1 Q0 d5 2 2.0 t\nq1 Q0 d1 3 1.0 t\n"
                         "q2 Q0 d1 1 5.0 t\nq2 Q0 d3 2 4.0 t\nq3 Q0 d4 1 1.0 t\nq3 Q0 d9 2 0.5 t\n")
     qrels = {q: {d: r for d, r in docs.items()} for q, docs in _group(ir_measures.read_trec_qrels(str(qrels_path)))}
-    run = read_run(run_path)
+    run = Run.read(run_path)
     expected = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in MEASURES],
                                           ir_measures.read_trec_qrels(str(qrels_path)),
                                           ir_measures.read_trec_run(str(run_path)))
-    assert compute_metrics(qrels, run, MEASURES) == pytest.approx({str(m): v for m, v in expected.items()})
-    # a judged query with no hit at all counts as 0 (ir_measures alone would just skip it)
-    del run["q3"]
-    partial = compute_metrics(qrels, run, ["RR@10"])["RR@10"]
-    assert partial == pytest.approx((1 + 0.5 + 0) / 3)
+    means, per_query = compute_metrics(qrels, run, MEASURES)
+    assert means == pytest.approx({str(m): v for m, v in expected.items()})
+    assert per_query["RR@10"] == pytest.approx({"q1": 1.0, "q2": 0.5, "q3": 0.5})
+    # a judged query with no hit at all counts as 0, in the mean and per query (ir_measures >= 0.4 does this)
+    del run.scores["q3"]
+    means, per_query = compute_metrics(qrels, run, ["RR@10"])
+    assert means["RR@10"] == pytest.approx((1 + 0.5 + 0) / 3) and per_query["RR@10"]["q3"] == 0.0
 
 
 def _group(qrels_iter):
@@ -84,20 +89,21 @@ def test_evaluate_matches_ir_measures_on_its_own_run_and_brute_force(encoder, tm
                                           ir_measures.read_trec_qrels(str(trec_qrels)),
                                           ir_measures.read_trec_run(str(tmp_path / "run.trec")))
     for measure, value in expected.items():
-        assert result[str(measure)] == pytest.approx(value)
-    assert result["docs"] == 8 and result["queries"] == 4 and result["queries_unjudged"] == 1
+        assert result.metrics[str(measure)] == pytest.approx(value)
+    assert set(result.per_query["nDCG@10"]) == set(reconcile(load_collection(folder)).qrels)
+    assert result.efficiency["docs"] == 8 and result.efficiency["queries"] == 4
+    assert result.provenance["queries_unjudged"] == 1
 
     collection = reconcile(load_collection(folder))
     documents = encoder.encode(collection.corpus.texts, max_length=64, show_progress=False)
     queries = encoder.encode(collection.queries.texts, max_length=64, show_progress=False)
     scores = (queries @ documents.T).toarray()
-    run = read_run(tmp_path / "run.trec")
+    run = Run.read(tmp_path / "run.trec")
     for i, query_id in enumerate(collection.queries.ids):
-        ranked = sorted(run[query_id], key=lambda doc: -run[query_id][doc])
         best = collection.corpus.ids[int(np.argmax(scores[i]))]
-        assert ranked[0] == best
-    assert result["avg_d_nnz"] == pytest.approx(np.diff(documents.indptr).mean())
-    assert result["flops"] == pytest.approx(retrieval_flops(queries, documents))
+        assert run.ranking(query_id)[0] == best
+    assert result.efficiency["avg_d_nnz"] == pytest.approx(np.diff(documents.indptr).mean())
+    assert result.efficiency["flops"] == pytest.approx(retrieval_flops(queries, documents))
 
 
 def test_corpus_encoding_is_cached(encoder, tmp_path, monkeypatch):
@@ -107,18 +113,29 @@ def test_corpus_encoding_is_cached(encoder, tmp_path, monkeypatch):
     original = encoder.encode
     monkeypatch.setattr(encoder, "encode", lambda texts, **kw: encoded.append(len(texts)) or original(texts, **kw))
     second = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
-    assert not first["corpus_cached"] and second["corpus_cached"]
+    assert not first.provenance["corpus_cached"] and second.provenance["corpus_cached"]
     assert encoded == [4]  # only the queries were encoded again
-    assert second["nDCG@10"] == first["nDCG@10"] and second["cache_dir"].startswith(str(tmp_path / "cache"))
+    assert second.metrics == first.metrics and second.provenance["cache_dir"].startswith(str(tmp_path / "cache"))
     third = evaluate(encoder, load_collection(folder), max_length=32, show_progress=False)
-    assert not third["corpus_cached"] and encoded[1:] == [8, 4]  # another max length is another entry
+    assert not third.provenance["corpus_cached"] and encoded[1:] == [8, 4]  # another max length is another entry
+
+
+def test_cache_entry_depends_on_the_pooling(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    fused = evaluate(SparseEncoder.from_pretrained(model_dir), load_collection(folder), max_length=64,
+                     show_progress=False)
+    screened = evaluate(SparseEncoder.from_pretrained(model_dir, pooling="fused-bf16"), load_collection(folder),
+                        max_length=64, show_progress=False)
+    assert not screened.provenance["corpus_cached"]
+    assert screened.provenance["cache_dir"] != fused.provenance["cache_dir"]
 
 
 def test_unknown_qrels_are_warned_and_the_rest_evaluated(encoder, tmp_path, caplog):
     qrels = dict(QRELS, q404={"d1": 1}, q1={"d1": 1, "ghost": 1})
     result = evaluate(encoder, load_collection(write_beir(tmp_path / "mini", qrels=qrels)), max_length=64,
                       show_progress=False)
-    assert (result["qrels_unknown_queries"], result["qrels_unknown_docs"], result["queries"]) == (1, 1, 4)
+    provenance = result.provenance
+    assert (provenance["qrels_unknown_queries"], provenance["qrels_unknown_docs"], result.efficiency["queries"]) == (1, 1, 4)
     assert "not in the queries file" in caplog.text and "not in the corpus" in caplog.text
 
 
@@ -126,9 +143,33 @@ def test_suite_mean(encoder, tmp_path):
     one = load_collection(write_beir(tmp_path / "one"))
     two = load_collection(write_beir(tmp_path / "two", qrels={"q1": {"d1": 1}, "q3": {"d8": 1}}))
     result = evaluate_suite(encoder, [one, two], "pair", max_length=64, show_progress=False)
-    assert set(result["datasets"]) == {"one", "two"}
-    for key in (*MEASURES, "flops", "avg_q_nnz"):
-        assert result[key] == pytest.approx((result["datasets"]["one"][key] + result["datasets"]["two"][key]) / 2)
+    assert set(result.members) == {"one", "two"}
+    one, two = result.members["one"], result.members["two"]
+    for measure in MEASURES:
+        assert result.metrics[measure] == pytest.approx((one.metrics[measure] + two.metrics[measure]) / 2)
+    for key in ("flops", "avg_q_nnz"):
+        assert result.efficiency[key] == pytest.approx((one.efficiency[key] + two.efficiency[key]) / 2)
+    with pytest.raises(SpladekitError, match="no collection"):
+        evaluate_suite(encoder, [], "empty", max_length=64, show_progress=False)
+
+
+def test_evaluation_result_json_round_trip(encoder, tmp_path):
+    one = load_collection(write_beir(tmp_path / "one"))
+    two = load_collection(write_beir(tmp_path / "two", qrels={"q1": {"d1": 1}, "q3": {"d8": 1}}))
+    result = evaluate_suite(encoder, [one, two], "pair", max_length=64, show_progress=False)
+    back = EvaluationResult.load(result.save(tmp_path / "result.json"))
+    assert back.to_dict() == json.loads(json.dumps(result.to_dict()))
+    assert back.members["two"].per_query == result.members["two"].per_query
+    assert back.members["one"].metrics == result.members["one"].metrics
+
+
+def test_evaluation_result_reads_files_written_before_measures_were_recorded():
+    legacy = {"name": "scifact", "nDCG@10": 0.6, "RR@10": 0.5, "R(rel=2)@1000": 0.9, "flops": 3.0, "docs": 10,
+              "queries": 2, "backend": "exact", "k": 1000}
+    result = EvaluationResult.from_dict(legacy)
+    assert result.measures == ("nDCG@10", "RR@10", "R(rel=2)@1000")
+    assert result.efficiency == {"flops": 3.0, "docs": 10, "queries": 2}
+    assert result.provenance == {"backend": "exact", "k": 1000}
 
 
 def test_cli_evaluate_json_and_table(model_dir, tmp_path):
@@ -151,15 +192,15 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
     folder = write_beir(tmp_path / "mini")
     collection = load_collection(folder)
     vectors = encoder.encode(collection.corpus.texts, max_length=64, show_progress=False)
-    save_vectors(tmp_path / "vectors", vectors, collection.corpus.ids, {"model": str(model_dir)})
+    Vectors(vectors, collection.corpus.ids, {"model": str(model_dir)}).save(tmp_path / "vectors")
     done = spladekit("index", tmp_path / "vectors", "--output", tmp_path / "index", "--backend", "exact", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["docs"] == 8
     done = spladekit("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
                      "--max-length", 64, "--k", 3, "--output", tmp_path / "run.trec")
     assert done.returncode == 0, done.stderr
-    run = read_run(tmp_path / "run.trec")
-    assert set(run) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.values())
+    run = Run.read(tmp_path / "run.trec")
+    assert set(run.scores) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.scores.values())
 
     other = ExactSearcher.build(sp.random(8, encoder.vocab_size + 5, density=0.3, format="csr", random_state=0))
     other.doc_ids = collection.corpus.ids

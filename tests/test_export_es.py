@@ -23,7 +23,7 @@ from spladekit.export import (
     unescape_feature,
 )
 from spladekit.export.search_engine import vocabulary_tokens
-from spladekit.sparse import save_vectors
+from spladekit.vectors import Vectors
 
 TOKENS = ["[PAD]", ".", "u.s.", "100%", "%2E", "##ing", "Ġthe", "▁über", "a.b%25c", "naïve"]
 
@@ -185,7 +185,7 @@ def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path):
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     texts = ["the capital of france is paris.", "u.s. vitamin d"]
     vectors = encoder.encode(texts, show_progress=False)
-    save_vectors(tmp_path / "vectors", vectors, ["d1", "d2"], {"model": str(tiny_model_dirs["bert"])})
+    Vectors(vectors, ["d1", "d2"], {"model": str(tiny_model_dirs["bert"])}).save(tmp_path / "vectors")
     result = subprocess.run([sys.executable, "-m", "spladekit", "export", str(tmp_path / "vectors"), "--format",
                              "opensearch", "--output", str(tmp_path / "os"), "--json"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

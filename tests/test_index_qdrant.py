@@ -88,10 +88,10 @@ def test_vocabulary_mismatch_is_refused():
 
 
 def test_cli_export_qdrant_local_storage(tmp_path):
-    from spladekit.sparse import save_vectors
+    from spladekit.vectors import Vectors
 
     documents = dyadic(50, 30, 0.2, seed=8)
-    save_vectors(tmp_path / "vectors", documents, [f"d{i}" for i in range(50)], {"model": "x"})
+    Vectors(documents, [f"d{i}" for i in range(50)], {"model": "x"}).save(tmp_path / "vectors")
     result = subprocess.run([sys.executable, "-m", "spladekit", "export", str(tmp_path / "vectors"), "--format",
                              "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--collection", "docs", "--json"],
                             capture_output=True, text=True)

@@ -57,10 +57,10 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
     collection = load_collection(beir_folder, "test")
     trained = SparseEncoder.from_pretrained(model)
     again = evaluate(trained, collection, cache=False, show_progress=False)
-    assert summary["after"]["nDCG@10"] == pytest.approx(again["nDCG@10"])
+    assert summary["after"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])
     backbone = evaluate(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False,
                         show_progress=False)
-    assert summary["before"]["nDCG@10"] == pytest.approx(backbone["nDCG@10"])
+    assert summary["before"]["nDCG@10"] == pytest.approx(backbone.metrics["nDCG@10"])
     assert trained.model.config.spladekit_rescale["k"] == summary["k"]
     texts = [text for text, _, _ in QUERIES.values()]
     original = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], rescale_k=summary["k"])
@@ -69,7 +69,8 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
     assert metrics[-1]["step"] == 4
     assert any((out / "train" / "plots").glob("*.png"))
     table = (out / "summary.md").read_text()
-    assert f"| trained (k = {summary['k']:g}, 4 steps) | {summary['after']['nDCG@10']:.4f} |" in table
+    assert f"| trained (W_head / {summary['k']:g}, mode {summary['mode']} (k and mode chosen automatically), 4 steps) | " \
+           f"{summary['after']['nDCG@10']:.4f} |" in table
     card = (model / "README.md").read_text()
     assert "## Training recipe" in card and "| steps | 4 |" in card
     assert "| tinybeir | " in card and "| head norm | initial | final |" in card

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spladekit import SparseEncoder
-from spladekit.head import diagnose
+from spladekit.diagnosis import diagnose
 from conftest import shared_path
 
 pytestmark = pytest.mark.realdata

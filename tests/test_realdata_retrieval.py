@@ -49,8 +49,8 @@ def test_scifact_approximate_backends_track_exact(cache_env):
     encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
     collection = load_collection(shared_path("data", "scifact"), "test")
     exact = evaluate(encoder, collection, max_length=256, show_progress=False)
-    assert exact["corpus_cached"] or exact["encode_docs_seconds"] > 0
+    assert exact.provenance["corpus_cached"] or exact.timings["encode_docs_seconds"] > 0
     for backend in ("seismic", "bmp"):
         approx = evaluate(encoder, collection, backend=backend, max_length=256, show_progress=False)
-        assert approx["corpus_cached"]  # encoded once, reused
-        assert approx["nDCG@10"] == pytest.approx(exact["nDCG@10"], abs=0.01)
+        assert approx.provenance["corpus_cached"]  # encoded once, reused
+        assert approx.metrics["nDCG@10"] == pytest.approx(exact.metrics["nDCG@10"], abs=0.01)

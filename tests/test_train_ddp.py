@@ -24,7 +24,7 @@ def test_two_processes_match_one(tiny_bert, triplets_file, tmp_path, accumulatio
     sections = {"optimization": {"steps": 3, "batch_size": 8, "accumulation": accumulation},
                 "regularizer": {"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0}}
     single = read_metrics(train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 3, "batch_size": 8},
-                                            regularizer=sections["regularizer"]), tmp_path / "one"))
+                                            regularizer=sections["regularizer"]), tmp_path / "one").output)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config(tiny_bert, triplets_file, **sections).to_dict()))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",

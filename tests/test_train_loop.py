@@ -24,7 +24,7 @@ from spladekit import SparseEncoder
 from spladekit.backbone import vocab_projection
 from spladekit.data.training import load_training_set
 from spladekit.errors import SpladekitError
-from spladekit.head import diagnose
+from spladekit.diagnosis import diagnose
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.distributed import Processes
@@ -65,7 +65,7 @@ def test_loss_decreases(unregularized):
 
 def test_flops_lowers_nnz_as_lambda_ramps_up(tiny_bert, triplets_file, unregularized, tmp_path):
     config = tiny_config(tiny_bert, triplets_file, **LEARN, regularizer={"lambda_q": 0.1, "lambda_d": 0.1, "warmup_steps": 10})
-    records = read_metrics(train(config, tmp_path / "flops"))
+    records = read_metrics(train(config, tmp_path / "flops").output)
     plain = read_metrics(unregularized)
     assert [r["lambda_d"] for r in records[:3]] == pytest.approx([0.1 * (t / 10) ** 2 for t in (1, 2, 3)])
     assert records[-1]["lambda_d"] == pytest.approx(0.1)
@@ -86,13 +86,13 @@ def test_distillation_from_teacher_scores(tiny_bert, triplets_file, tmp_path, lo
             "collection": str(tmp_path / "docs.tsv"), "teacher": str(tmp_path / "teacher.jsonl")}
     config = tiny_config(tiny_bert, triplets_file, data=data, loss={"name": loss}, **LEARN,
                          regularizer={"lambda_q": 0.0, "lambda_d": 0.0})
-    losses = [r["ranking_loss"] for r in read_metrics(train(config, tmp_path / "run"))]
+    losses = [r["ranking_loss"] for r in read_metrics(train(config, tmp_path / "run").output)]
     assert mean(losses[-4:]) < 0.7 * mean(losses[:4])
 
 
 def test_bf16_autocast_trains(tiny_bert, triplets_file, tmp_path):
     runs = [read_metrics(train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2, "bf16": bf16}),
-                               tmp_path / f"bf16-{bf16}")) for bf16 in (False, True)]
+                               tmp_path / f"bf16-{bf16}").output) for bf16 in (False, True)]
     assert all(math.isfinite(r["loss"]) for r in runs[1])
     assert runs[1][0]["loss"] == pytest.approx(runs[0][0]["loss"], rel=0.05) and runs[1][0]["loss"] != runs[0][0]["loss"]
 
@@ -103,7 +103,7 @@ def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
     for accumulation in (1, 2):
         config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 3, "accumulation": accumulation},
                              regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0})
-        runs[accumulation] = train(config, tmp_path / f"acc{accumulation}")
+        runs[accumulation] = train(config, tmp_path / f"acc{accumulation}").output
     one, two = (read_metrics(runs[a]) for a in (1, 2))
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], abs=1e-5)
     assert [r["grad_norm"] for r in two] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
@@ -135,7 +135,7 @@ def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
 def test_k_is_applied_once_at_init_and_recorded(tiny_bert, triplets_file, tmp_path):
     config = tiny_config(tiny_bert, triplets_file, rescale={"k": 4}, optimization={"steps": 4, "lr": 1e-12},
                          logging={"checkpoint_every": 2})
-    output = train(config, tmp_path / "k4")
+    output = train(config, tmp_path / "k4").output
     original = vocab_projection(SparseEncoder.from_pretrained(tiny_bert).model).weight
     for folder in (output / "model", checkpoints(output)[-1] / "model"):
         trained = SparseEncoder.from_pretrained(folder)
@@ -149,7 +149,7 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
     inflated = build_tiny_model("bert", tmp_path / "inflated", head_scale=16.0)
     config = tiny_config(inflated, triplets_file, rescale={"k": "auto", "auto_pairs": 8}, optimization={"steps": 1})
     with caplog.at_level(logging.INFO, logger="spladekit"):
-        output = train(config, tmp_path / "auto")
+        output = train(config, tmp_path / "auto").output
     encoder = SparseEncoder.from_pretrained(inflated)
     groups = [line.split("\t") for line in triplets_file.read_text().splitlines()[:8]]
     expected = diagnose(encoder, [(q, p) for q, p, *_ in groups], max_length=16).recommended_k
@@ -168,17 +168,17 @@ def test_auto_mode_unties_when_tied_rescaling_would_let_positions_dominate(k, ex
     ratio = word_position_ratio(SparseEncoder.from_pretrained(inflated).model)
     assert 4 < ratio < 64  # so k = 4 keeps words above positions, k = 64 does not
     config = tiny_config(inflated, triplets_file, rescale={"k": k, "mode": "auto"}, optimization={"steps": 1})
-    output = train(config, tmp_path / "auto-mode")
+    output = train(config, tmp_path / "auto-mode").output
     text = (output / "config.yaml").read_text()
     assert yaml.safe_load(text)["rescale"]["mode"] == expected and text.startswith("# rescale.mode was 'auto'")
     assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"]["mode"] == expected
 
 
 def test_evaluation_hook_calls_evaluate_and_leaves_training_unchanged(tiny_bert, triplets_file, tmp_path):
-    plain = train(tiny_config(tiny_bert, triplets_file), tmp_path / "plain")
+    plain = train(tiny_config(tiny_bert, triplets_file), tmp_path / "plain").output
     collection = write_beir(tmp_path / "collection")
     evaluated = train(tiny_config(tiny_bert, triplets_file, evaluation={"data": str(collection), "every": 4}),
-                      tmp_path / "evaluated")
+                      tmp_path / "evaluated").output
     results = read_metrics(evaluated, "evaluation.jsonl")
     assert [r["step"] for r in results] == [4, 6]
     assert all(0.0 <= r["nDCG@10"] <= 1.0 and r["queries"] == 4 for r in results)
@@ -219,7 +219,7 @@ def test_stop_on_collapse(tiny_bert, triplets_file, tmp_path):
 
 
 def test_resume_refuses_a_different_config(tiny_bert, triplets_file, tmp_path):
-    output = train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4}), tmp_path / "run")
+    output = train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4}), tmp_path / "run").output
     with pytest.raises(SpladekitError, match=r"optimization.lr changed"):
         train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4, "lr": 0.5}), output, resume=True)
     with pytest.raises(SpladekitError, match="output already exists"):
@@ -238,7 +238,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_losses(tiny_bert, tmp_
                 "regularizer": {"lambda_q": 0.01, "lambda_d": 0.01, "warmup_steps": 20},
                 "backbone": {"dropout": True}, "logging": {"checkpoint_every": 4}}
     config = tiny_config(tiny_bert, triplets, **sections)
-    reference = read_metrics(train(config, tmp_path / "reference"))
+    reference = read_metrics(train(config, tmp_path / "reference").output)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config.to_dict()))
     command = [sys.executable, "-m", "spladekit", "train", str(config_file), "--output", str(tmp_path / "killed")]

@@ -40,7 +40,7 @@ def test_fine_tune_splade_tiny_on_scifact(tmp_path):
         "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
         "logging": {"every": 1, "checkpoint_every": 2, "progress": False},
     })
-    output = train(config, tmp_path / "run")
+    output = train(config, tmp_path / "run").output
     records = read_metrics(output)
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(math.isfinite(r["loss"]) and 0 < r["q_nnz"] < 30522 and 0 < r["d_nnz"] < 30522 for r in records)

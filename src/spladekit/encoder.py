@@ -13,11 +13,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from spladekit.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers
+from spladekit.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
+from spladekit.data.lines import read_json
 from spladekit.errors import SpladekitError
 from spladekit.files import atomic_directory
+from spladekit.head import rescale, rescale_record
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
-from spladekit.sparse import dense_to_csr
+from spladekit.vectors import dense_to_csr
 
 METADATA_FILE = "spladekit.json"
 DEFAULT_MAX_LENGTH = 256
@@ -68,11 +70,9 @@ class SparseEncoder(nn.Module):
 
         ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`).
         """
-        from spladekit.head import rescale, rescale_record
-
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata_path = Path(backbone.source) / METADATA_FILE
-        metadata = json.loads(metadata_path.read_text()) if metadata_path.is_file() else {}
+        metadata = read_json(metadata_path, dict) if metadata_path.is_file() else {}
         max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
                       or DEFAULT_MAX_LENGTH)
         encoder = cls(backbone, max_length=max_length, pooling=pooling)
@@ -88,11 +88,13 @@ class SparseEncoder(nn.Module):
                 )
         return encoder
 
-    def save(self, directory: str | Path, overwrite: bool = True) -> Path:
-        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically."""
+    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
+        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically.
+
+        An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
+        """
         from spladekit import __version__
-        from spladekit.head import rescale_record
-        from spladekit.model_card import write_model_card
+        from spladekit.model_card import write_model_card  # the card reads this module's metadata
 
         with atomic_directory(directory, overwrite=overwrite) as staging:
             with quiet_transformers():
@@ -105,7 +107,7 @@ class SparseEncoder(nn.Module):
                 "rescale": rescale_record(self.model),
                 "pooling": "max log(1 + relu(logits)) over non-padding tokens",
             }
-            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
             write_model_card(staging, self, name=directory)
         return Path(directory)
 
@@ -116,8 +118,6 @@ class SparseEncoder(nn.Module):
 
     @property
     def vocab_size(self) -> int:
-        from spladekit.backbone import vocab_projection
-
         return vocab_projection(self.model).weight.shape[0]
 
     # ----------------------------------------------------------------- computation

@@ -34,14 +34,15 @@ import torch
 
 from spladekit.data.collections import Collection, reconcile
 from spladekit.data.jsonl import Corpus
-from spladekit.data.trec import write_run
+from spladekit.data.trec import Qrels
+from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import build_index
-from spladekit.sparse import load_vectors, nnz_per_row, save_vectors
+from spladekit.run import Run
+from spladekit.vectors import Vectors, nnz_per_row
 
 logger = logging.getLogger("spladekit")
-
-EFFICIENCY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries", "search_ms_per_query")
 
 
 # ----------------------------------------------------------------------------------------- efficiency
@@ -90,44 +91,53 @@ def corpus_fingerprint(corpus: Corpus) -> str:
     return digest.hexdigest()
 
 
-def encode_corpus(encoder, corpus: Corpus, max_length: int, batch_size: int = 32, cache: bool = True,
-                  show_progress: bool = True) -> tuple[sp.csr_matrix, dict]:
-    """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache."""
+def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch_size: int = 32,
+                  cache: bool = True, show_progress: bool = True) -> tuple[Vectors, dict]:
+    """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache.
+
+    The cache key covers everything that changes the vectors: the model's weights, the corpus, the
+    token limit and the pooling implementation (``fused-bf16`` may differ from ``fused`` in the last bits).
+    """
     folder = None
     if cache:
-        key = hashlib.sha256(
-            f"{model_fingerprint(encoder)}|{corpus_fingerprint(corpus)}|{max_length}".encode()).hexdigest()
+        key = hashlib.sha256(f"{model_fingerprint(encoder)}|{corpus_fingerprint(corpus)}|{max_length}|"
+                             f"{encoder.pooling}".encode()).hexdigest()
         folder = cache_root() / "vectors" / key
         if folder.is_dir():
-            vectors, ids, meta = load_vectors(folder)
-            if ids != corpus.ids or vectors.shape[1] != encoder.vocab_size:
+            vectors = Vectors.load(folder)
+            if vectors.ids != corpus.ids or vectors.vocab_size != encoder.vocab_size:
                 raise InputError("cached vectors do not match the corpus or model; delete this folder", folder)
-            return vectors, {"encode_docs_seconds": meta.get("encode_seconds"), "corpus_cached": True,
+            return vectors, {"encode_docs_seconds": vectors.meta.get("encode_seconds"), "corpus_cached": True,
                              "cache_dir": str(folder)}
     started = time.perf_counter()
-    vectors = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress)
+    matrix = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress)
     seconds = round(time.perf_counter() - started, 3)
+    vectors = Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
+                                           "encode_seconds": seconds})
     if folder is not None:
-        save_vectors(folder, vectors, corpus.ids, {"max_length": max_length, "encode_seconds": seconds},
-                     overwrite=True)
+        vectors.save(folder, overwrite=True)
     return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False,
                      "cache_dir": None if folder is None else str(folder)}
 
 
 # ----------------------------------------------------------------------------------------- metrics
-def compute_metrics(qrels: dict, run: dict, measures: Iterable[str]) -> dict[str, float]:
-    """Mean of ir_measures' per-query values over every judged query (a query absent from the run: 0)."""
-    parsed = [ir_measures.parse_measure(name) for name in measures]
-    totals = {str(measure): 0.0 for measure in parsed}
-    for value in ir_measures.iter_calc(parsed, qrels, run):
-        if value.query_id in qrels:
-            totals[str(value.measure)] += value.value
-    return {name: total / len(qrels) for name, total in totals.items()}
+def compute_metrics(qrels: Qrels, run: Run, measures: Iterable[str]) -> tuple[dict[str, float], dict]:
+    """(mean per measure, ``{measure: {query_id: value}}``) over every judged query.
+
+    ``ir_measures`` (>= 0.4) counts a judged query that the run does not contain as 0 in both, as
+    ``trec_eval -c`` does.
+    """
+    evaluator = ir_measures.evaluator([ir_measures.parse_measure(name) for name in measures], qrels)
+    means = {str(measure): float(value) for measure, value in evaluator.calc_aggregate(run.scores).items()}
+    per_query: dict[str, dict[str, float]] = {name: {} for name in means}
+    for value in evaluator.iter_calc(run.scores):
+        per_query[str(value.measure)][value.query_id] = float(value.value)
+    return means, per_query
 
 
 # ----------------------------------------------------------------------------------------- evaluation
 def evaluate(
-    encoder,
+    encoder: SparseEncoder,
     collection: Collection,
     backend: str = "exact",
     k: int = 1000,
@@ -137,8 +147,8 @@ def evaluate(
     cache: bool = True,
     run_path: str | Path | None = None,
     show_progress: bool = True,
-) -> dict:
-    """Evaluate ``encoder`` on one collection; returns metrics (ir_measures names) + efficiency numbers.
+) -> EvaluationResult:
+    """Evaluate ``encoder`` on one collection: metrics (ir_measures names), per-query values, efficiency.
 
     ``cache=False`` always re-encodes (use it while training: every checkpoint is a new model).
     """
@@ -150,52 +160,53 @@ def evaluate(
                              show_progress=show_progress)
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    searcher = build_index(documents, backend, **(backend_params or {}))
+    searcher = build_index(documents.matrix, backend, **(backend_params or {}))
     index_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    result = searcher.search_batches(queries, k=k, show_progress=show_progress)
+    hits = searcher.search_batches(queries, k=k, show_progress=show_progress)
     search_seconds = time.perf_counter() - started
-    run = result.to_run(collection.queries.ids, collection.corpus.ids)
+    run = Run.from_hits(collection.queries.ids, collection.corpus.ids, hits.doc_indices, hits.scores)
     if run_path is not None:
-        write_run(run_path, run, tag=f"spladekit-{backend}")
-    metrics = compute_metrics(collection.qrels, run, collection.measures)
-    return {
-        "name": collection.name,
-        "source": collection.source,
-        **metrics,
-        "flops": retrieval_flops(queries, documents),
-        "avg_q_nnz": float(active_per_row(queries).mean()),
-        "avg_d_nnz": float(active_per_row(documents).mean()),
-        "docs": len(collection.corpus),
-        "queries": len(collection.queries),
-        **collection.dropped,
-        "backend": backend,
-        "backend_params": searcher.params,
-        "k": k,
-        "max_length": max_length,
-        **encode_info,
-        "encode_queries_seconds": round(encode_queries_seconds, 3),
-        "index_seconds": round(index_seconds, 3),
-        "search_ms_per_query": 1000 * search_seconds / len(collection.queries),
-        "run": None if run_path is None else str(run_path),
-    }
+        run.write(run_path, tag=f"spladekit-{backend}")
+    metrics, per_query = compute_metrics(collection.qrels, run, collection.measures)
+    return EvaluationResult(
+        name=collection.name,
+        measures=tuple(collection.measures),
+        metrics=metrics,
+        per_query=per_query,
+        efficiency={
+            "flops": retrieval_flops(queries, documents.matrix),
+            "avg_q_nnz": float(active_per_row(queries).mean()),
+            "avg_d_nnz": float(active_per_row(documents.matrix).mean()),
+            "docs": len(collection.corpus),
+            "queries": len(collection.queries),
+            "search_ms_per_query": 1000 * search_seconds / len(collection.queries),
+        },
+        timings={"encode_docs_seconds": encode_info["encode_docs_seconds"],
+                 "encode_queries_seconds": round(encode_queries_seconds, 3),
+                 "index_seconds": round(index_seconds, 3)},
+        provenance={"source": collection.source, **collection.dropped, "backend": backend,
+                    "backend_params": searcher.params, "k": k, "max_length": max_length,
+                    "pooling": encoder.pooling, "corpus_cached": encode_info["corpus_cached"],
+                    "cache_dir": encode_info["cache_dir"], "run": None if run_path is None else str(run_path)},
+    )
 
 
-def evaluate_suite(encoder, collections: Iterable[Collection], name: str, run_dir: str | Path | None = None,
-                   **options) -> dict:
-    """Evaluate each collection; ``datasets`` holds the per-collection results, the top level the means."""
-    results = {}
+def evaluate_suite(encoder: SparseEncoder, collections: Iterable[Collection], name: str,
+                   run_dir: str | Path | None = None, **options) -> EvaluationResult:
+    """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
+    members = {}
     for collection in collections:
         run_path = None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
-        results[collection.name] = evaluate(encoder, collection, run_path=run_path, **options)
-        measures = collection.measures
-    means = {key: float(np.mean([result[key] for result in results.values()]))
-             for key in (*measures, *EFFICIENCY_KEYS)}
-    return {"suite": name, **means, "datasets": results}
+        members[collection.name] = evaluate(encoder, collection, run_path=run_path, **options)
+    if not members:
+        raise SpladekitError(f"suite {name!r}: no collection to evaluate")
+    return EvaluationResult.mean_of(name, members)
 
 
-def evaluate_data(encoder, data: str | Path, split: str = "test", data_root: str | Path | None = None,
-                  run_dir: str | Path | None = None, **options) -> dict:
+def evaluate_data(encoder: SparseEncoder, data: str | Path, split: str = "test",
+                  data_root: str | Path | None = None, run_dir: str | Path | None = None,
+                  **options) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
     from spladekit.data.collections import load_collection
     from spladekit.data.suites import SUITES, load_suite
@@ -208,28 +219,29 @@ def evaluate_data(encoder, data: str | Path, split: str = "test", data_root: str
 
 
 # ----------------------------------------------------------------------------------------- display
-def results_table(results: dict) -> str:
-    """A readable table (rich) of one result or of a suite's datasets and their mean."""
+def results_table(result: EvaluationResult) -> str:
+    """A readable table (rich) of one result, or of a suite's collections and their mean."""
     from rich.console import Console
     from rich.table import Table
 
-    rows = results["datasets"] if "datasets" in results else {results["name"]: results}
+    rows = result.members or {result.name: result}
     first = next(iter(rows.values()))
-    table = Table(title=f"{results.get('suite') or results['name']} ({first['backend']}, k={first['k']}, "
-                  f"max length {first['max_length']})")
-    measures = [key for key in first if "@" in key]
-    for column in ("dataset", *measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
+    provenance = first.provenance
+    table = Table(title=f"{result.name} ({provenance.get('backend')}, k={provenance.get('k')}, "
+                  f"max length {provenance.get('max_length')})")
+    for column in ("dataset", *result.measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
         table.add_column(column, justify="left" if column == "dataset" else "right")
 
-    def add(label: str, row: dict, style: str | None = None):
-        table.add_row(label, *(f"{row[m]:.4f}" for m in measures), f"{row['flops']:.2f}",
-                      f"{row['avg_q_nnz']:.1f}", f"{row['avg_d_nnz']:.1f}", f"{row['docs']:,.0f}",
-                      f"{row['queries']:,.0f}", f"{row['search_ms_per_query']:.2f}", style=style)
+    def add(label: str, row: EvaluationResult, style: str | None = None):
+        numbers = row.efficiency
+        table.add_row(label, *(f"{row.metrics[m]:.4f}" for m in result.measures), f"{numbers['flops']:.2f}",
+                      f"{numbers['avg_q_nnz']:.1f}", f"{numbers['avg_d_nnz']:.1f}", f"{numbers['docs']:,.0f}",
+                      f"{numbers['queries']:,.0f}", f"{numbers['search_ms_per_query']:.2f}", style=style)
 
     for label, row in rows.items():
         add(label, row)
-    if "datasets" in results:
-        add("mean", results, style="bold")
+    if result.is_suite:
+        add("mean", result, style="bold")
     console = Console(file=io.StringIO(), width=160, color_system=None)
     console.print(table)
     return console.file.getvalue().rstrip()

@@ -1,6 +1,6 @@
 """Quickstart: diagnose → rescale (auto-k) → short training → evaluate → plots and a summary table.
 
-A thin composition of the pipeline's Python APIs (``head.diagnose``, ``train.train`` with
+A thin composition of the pipeline's Python APIs (``diagnosis.diagnose``, ``train.train`` with
 ``rescale.k: auto``, ``evaluate.evaluate``, ``model_card``); it adds no logic of its own beyond
 choosing short-run settings. Output folder:
 
@@ -16,7 +16,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spladekit.data.collections import load_collection
+from spladekit.diagnosis import diagnose
+from spladekit.encoder import SparseEncoder
+from spladekit.evaluate import evaluate
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.files import atomic_file, check_new_output
+from spladekit.head import head_norms
+from spladekit.model_card import write_model_card
+from spladekit.rescaling import RescaleRecord, apply_rescale
+from spladekit.train import load_config, train
 
 SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
 
@@ -39,16 +48,17 @@ def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_c
     ]
 
 
-def _row(label: str, result: dict, measures) -> str:
-    cells = [f"{result[m]:.4f}" for m in measures] + [f"{result[key]:.1f}" for key in SUMMARY_KEYS]
+def _row(label: str, result: EvaluationResult) -> str:
+    cells = [f"{result.metrics[m]:.4f}" for m in result.measures]
+    cells += [f"{result.efficiency[key]:.1f}" for key in SUMMARY_KEYS]
     return "| " + " | ".join([label, *cells]) + " |"
 
 
-def summary_table(before: dict, after: dict, measures, k: float, steps: int) -> str:
-    header = ["model", *measures, "FLOPS", "query nnz", "doc nnz"]
+def summary_table(before: EvaluationResult, after: EvaluationResult, rescaling: RescaleRecord, steps: int) -> str:
+    header = ["model", *after.measures, "FLOPS", "query nnz", "doc nnz"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             _row("backbone as is (k = 1, untrained)", before, measures),
-             _row(f"trained (k = {k:g}, {steps} steps)", after, measures)]
+             _row("backbone as is (k = 1, untrained)", before),
+             _row(f"trained ({rescaling.describe()}, {steps} steps)", after)]
     return "\n".join(lines)
 
 
@@ -66,13 +76,6 @@ def quickstart(
 ) -> dict:
     """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``,
     default ``data/triplets-train.tsv``; evaluate on ``split``); ``config`` = base training YAML."""
-    from spladekit.data.collections import load_collection
-    from spladekit.encoder import SparseEncoder
-    from spladekit.evaluate import evaluate
-    from spladekit.head import diagnose, head_norms, rescale
-    from spladekit.model_card import write_model_card
-    from spladekit.train import load_config, train
-
     output = Path(output)
     check_new_output(output, overwrite)
     triplets = Path(triplets) if triplets is not None else Path(data) / "triplets-train.tsv"
@@ -87,26 +90,24 @@ def quickstart(
     before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
 
     run = train(settings, output / "train", overwrite=True)
-    k = float(settings.rescale.k)  # "auto" k and mode resolved by the training loop
-    rescale(encoder.model, k, mode=settings.rescale.mode, rescale_bias=settings.rescale.rescale_bias)
-    initial_norms = head_norms(encoder.model)
-    trained = SparseEncoder.from_pretrained(run / "model", trust_remote_code=trust_remote_code)
+    initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
+    trained = SparseEncoder.from_pretrained(run.model, trust_remote_code=trust_remote_code)
     after = evaluate(trained, collection, cache=False, show_progress=show_progress)
 
-    recipe = {"loss": settings.loss.name, "regularizer": settings.regularizer.name,
-              "lambda_q": settings.regularizer.lambda_q, "lambda_d": settings.regularizer.lambda_d,
-              "steps": steps, "batch_size": settings.optimization.batch_size, "lr": settings.optimization.lr,
-              "triplets": str(triplets), "rescale_k": k, "rescale_mode": settings.rescale.mode}
-    measures = collection.measures
-    write_model_card(run / "model", trained, training=recipe | {"initial_head_norms": initial_norms},
-                     evaluation={collection.name: {m: after[m] for m in (*measures, *SUMMARY_KEYS)}})
-    table = summary_table(before, after, measures, k, steps)
+    resolved = run.config
+    recipe = {"loss": resolved.loss.name, "regularizer": resolved.regularizer.name,
+              "lambda_q": resolved.regularizer.lambda_q, "lambda_d": resolved.regularizer.lambda_d,
+              "steps": steps, "batch_size": resolved.optimization.batch_size, "lr": resolved.optimization.lr,
+              "triplets": str(triplets), "rescale_k": run.rescale.k, "rescale_mode": run.rescale.mode}
+    write_model_card(run.model, trained, training=recipe | {"initial_head_norms": initial_norms},
+                     evaluation=[after])
+    table = summary_table(before, after, run.rescale, steps)
     summary = {"backbone": str(backbone), "data": str(data), "split": split, "recommended_k": report.recommended_k,
-               "k": k, "steps": steps, "model": str(run / "model"), "plots": str(run / "plots"),
-               "before": before, "after": after}
+               "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(run.model),
+               "plots": str(run.output / "plots"), "before": before.to_dict(), "after": after.to_dict()}
     with atomic_file(output / "summary.json") as stream:
         stream.write(json.dumps(summary, indent=2, default=str) + "\n")
     with atomic_file(output / "summary.md") as stream:
         stream.write(f"# spladekit quickstart: {backbone} on {collection.name} ({split})\n\n{table}\n\n"
-                     f"Training curves: `{run / 'plots'}`. Model: `{run / 'model'}` (see its README.md).\n")
+                     f"Training curves: `{run.output / 'plots'}`. Model: `{run.model}` (see its README.md).\n")
     return summary | {"table": table}

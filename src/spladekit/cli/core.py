@@ -53,8 +53,8 @@ def diagnose(
 ) -> None:
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
+    from spladekit.diagnosis import SAMPLE_PAIRS, diagnose as diagnose_head
     from spladekit.encoder import SparseEncoder
-    from spladekit.head import SAMPLE_PAIRS, diagnose as diagnose_head
 
     pairs = SAMPLE_PAIRS
     if sample is not None:
@@ -67,7 +67,8 @@ def diagnose(
 @app.command()
 def rescale(
     backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
-    k: float = typer.Option(..., "--k", help="Divide the vocabulary projection by k (positive, finite)."),
+    k: str = typer.Option(..., "--k", help="Divide the vocabulary projection by k (a positive finite number), "
+                          "or 'auto': the recommended k of `spladekit diagnose` (built-in sample pairs)."),
     mode: str = typer.Option("tied", help="tied: scale the shared matrix, keep the tie (paper). "
                              "untie: copy the head first, scale only the copy; input embeddings untouched. "
                              "auto: untie when tied rescaling would shrink word embeddings below position "
@@ -80,21 +81,21 @@ def rescale(
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
     from spladekit.encoder import SparseEncoder
     from spladekit.files import check_new_output
-    from spladekit.head import head_norms, recommend_mode, rescale as rescale_head
+    from spladekit.head import head_norms, parse_k
+    from spladekit.rescaling import apply_rescale, resolve_rescale
 
+    parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
     check_new_output(output)
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-    if mode == "auto":
-        mode = recommend_mode(encoder.model, k)
+    record = resolve_rescale(encoder, k, mode, rescale_bias)
     before = head_norms(encoder.model)
-    rescale_head(encoder.model, k, mode=mode, rescale_bias=rescale_bias)
-    after = head_norms(encoder.model)
-    encoder.save(output, overwrite=False)
-    payload = {"backbone": backbone, "k": k, "mode": mode, "rescale_bias": rescale_bias,
-               "output": str(output), "before": before, "after": after}
+    after = head_norms(apply_rescale(encoder, record).model)
+    encoder.save(output)
+    payload = {"backbone": backbone, "k": record.k, "mode": record.mode, "rescale_bias": rescale_bias,
+               "auto": list(record.auto), "output": str(output), "before": before, "after": after}
     emit(payload, as_json, None,
          f"head frobenius norm {before['frobenius_norm']:.3f} -> {after['frobenius_norm']:.3f} "
-         f"(k={k:g}, mode={mode}); saved to {output}")
+         f"({record.describe()}); saved to {output}")
 
 
 @app.command()
@@ -115,17 +116,19 @@ def encode(
     from spladekit.data import read_corpus
     from spladekit.encoder import SparseEncoder
     from spladekit.files import check_new_output
-    from spladekit.sparse import nnz_per_row, save_vectors
+    from spladekit.vectors import Vectors
 
     check_new_output(output, overwrite)
     documents = read_corpus(corpus)
     encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
     started = time.perf_counter()
-    vectors = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
+    matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
     seconds = time.perf_counter() - started
-    meta = {"model": model, "corpus": str(corpus), "max_length": max_length or encoder.max_length,
-            "vocab_size": vectors.shape[1], "documents": vectors.shape[0],
-            "avg_nnz": float(nnz_per_row(vectors).mean()), "encode_seconds": round(seconds, 3)}
-    save_vectors(output, vectors, documents.ids, meta, overwrite=True)
+    vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
+                                               "max_length": max_length or encoder.max_length,
+                                               "encode_seconds": round(seconds, 3)})
+    meta = vectors.meta
+    meta |= {"vocab_size": vectors.vocab_size, "documents": len(vectors), "avg_nnz": vectors.avg_nnz}
+    vectors.save(output, overwrite=overwrite)
     emit(meta | {"output": str(output)}, as_json, None,
          f"encoded {meta['documents']} texts in {seconds:.1f}s (avg nnz {meta['avg_nnz']:.1f}) -> {output}")

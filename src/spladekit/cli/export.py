@@ -19,12 +19,6 @@ class ExportFormat(str, Enum):
     elasticsearch = "elasticsearch"
 
 
-def _vectors(folder: Path):
-    from spladekit.sparse import load_vectors
-
-    return load_vectors(folder)
-
-
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
                            trust_remote_code: bool) -> dict:
     from spladekit.encoder import SparseEncoder
@@ -45,8 +39,10 @@ def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path
     if output is None and url is None and qdrant_path is None:
         raise SpladekitError("--format qdrant needs --url (server), --qdrant-path (local storage) or --output "
                              "(spladekit index folder)")
-    vectors, ids, _ = _vectors(Path(source))
-    return export_qdrant(vectors, ids, url=url, qdrant_path=qdrant_path, output=output, collection=collection,
+    from spladekit.vectors import Vectors
+
+    documents = Vectors.load(source)
+    return export_qdrant(documents.matrix, documents.ids, url=url, qdrant_path=qdrant_path, output=output, collection=collection,
                          vector_name=vector_name, recreate=recreate, overwrite=overwrite)
 
 
@@ -60,16 +56,18 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
     if output is None:
         raise SpladekitError(f"--format {engine} needs --output (folder for the NDJSON, mapping and query)")
     check_new_output(output, overwrite)
-    vectors, ids, meta = _vectors(Path(source))
-    model = model or meta.get("model")
+    from spladekit.vectors import Vectors
+
+    documents = Vectors.load(source)
+    model = model or documents.meta.get("model")
     if not model:
         raise SpladekitError(f"{source}: meta.json names no model; pass --model for the token strings")
     query_pair = None
     if queries is not None:
-        query_vectors, query_ids, _ = _vectors(queries)
-        query_pair = (query_vectors, query_ids)
-    tokens = vocabulary_tokens(model, vectors.shape[1], trust_remote_code=trust_remote_code)
-    return export_search_engine(vectors, ids, tokens, output, engine=engine, field_type=field_type, index=index,
+        encoded = Vectors.load(queries)
+        query_pair = (encoded.matrix, encoded.ids)
+    tokens = vocabulary_tokens(model, documents.vocab_size, trust_remote_code=trust_remote_code)
+    return export_search_engine(documents.matrix, documents.ids, tokens, output, engine=engine, field_type=field_type, index=index,
                                 field=field, top_k=top_k, scale=quantize, queries=query_pair, overwrite=overwrite)
 
 

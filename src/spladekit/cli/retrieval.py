@@ -49,16 +49,16 @@ def index(
     """Build a search index over encoded documents."""
     from spladekit.files import check_new_output
     from spladekit.index import build_index
-    from spladekit.sparse import load_vectors
+    from spladekit.vectors import Vectors
 
     check_new_output(output, overwrite)
-    documents, ids, meta = load_vectors(vectors)
+    documents = Vectors.load(vectors)
     started = time.perf_counter()
-    searcher = build_index(documents, backend, **parse_params(param))
+    searcher = build_index(documents.matrix, backend, **parse_params(param))
     seconds = time.perf_counter() - started
-    searcher.doc_ids = ids
-    searcher.save(output, meta={"vectors": str(vectors), "model": meta.get("model"),
-                                "max_length": meta.get("max_length")}, overwrite=overwrite)
+    searcher.doc_ids = documents.ids
+    searcher.save(output, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
+                                "max_length": documents.meta.get("max_length")}, overwrite=overwrite)
     payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
                "vocab_size": searcher.vocab_size, "params": searcher.params, "build_seconds": round(seconds, 3)}
     emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
@@ -81,15 +81,17 @@ def search(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Search an index with queries and write a TREC run file."""
-    from spladekit.data import read_corpus, write_run
+    from spladekit.data import read_corpus
     from spladekit.index import load_index
-    from spladekit.sparse import load_vectors
+    from spladekit.run import Run
+    from spladekit.vectors import Vectors
 
     searcher = load_index(index_dir)
     if searcher.doc_ids is None:
         raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
     if query_vectors is not None:
-        vectors, query_ids, _ = load_vectors(query_vectors)
+        encoded = Vectors.load(query_vectors)
+        vectors, query_ids = encoded.matrix, encoded.ids
     elif queries is not None and model is not None:
         from spladekit.encoder import SparseEncoder
 
@@ -106,7 +108,8 @@ def search(
     params = searcher.check_params(parse_params(param), searcher.search_params)
     result = searcher.search(vectors, k=k, **params)
     seconds = time.perf_counter() - started
-    write_run(output, result.to_run(query_ids, searcher.doc_ids), tag=f"spladekit-{searcher.name}")
+    Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
+        output, tag=f"spladekit-{searcher.name}")
     payload = {"run": str(output), "queries": len(query_ids), "k": k, "backend": searcher.name,
                "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1)}
     emit(payload, as_json, None, f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} "
@@ -142,7 +145,7 @@ def evaluate(
     from spladekit.evaluate import evaluate_data, results_table
 
     encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
-    results = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=run_dir, backend=backend,
-                            backend_params=parse_params(param), k=k, max_length=max_length,
-                            batch_size=batch_size, cache=cache)
-    emit({"model": model, **results}, as_json, output, results_table(results))
+    result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=run_dir, backend=backend,
+                           backend_params=parse_params(param), k=k, max_length=max_length,
+                           batch_size=batch_size, cache=cache)
+    emit({"model": model, **result.to_dict()}, as_json, output, results_table(result))

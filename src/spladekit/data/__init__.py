@@ -3,7 +3,7 @@
 from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus, read_texts
 from spladekit.data.suites import SUITES, load_suite
-from spladekit.data.trec import read_qrels, read_run, write_run
+from spladekit.data.trec import read_qrels
 from spladekit.data.triplets import Triplet, read_triplets
 
 __all__ = [
@@ -16,9 +16,7 @@ __all__ = [
     "load_suite",
     "read_corpus",
     "read_qrels",
-    "read_run",
     "read_texts",
     "read_triplets",
     "reconcile",
-    "write_run",
 ]

@@ -6,11 +6,11 @@ A corpus line is ``{"_id": str, "text": str, "title"?: str}`` (the BEIR layout).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from spladekit.data.lines import json_records, numbered_lines
 from spladekit.errors import InputError
 
 
@@ -23,38 +23,13 @@ class Corpus:
         return len(self.ids)
 
 
-def _decoded_lines(path: Path):
-    """Yield (line number, text) and name the line of any non-UTF-8 byte."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InputError(
-                    f"not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1})",
-                    path,
-                    number,
-                ) from None
-
-
 def read_corpus(path: str | Path, id_field: str = "_id", text_field: str = "text") -> Corpus:
     """Read a JSONL corpus; blank lines are skipped, everything else must be a valid record."""
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", path)
 
-    return corpus_from_records(json_records(_decoded_lines(path), path), path, id_field=id_field, text_field=text_field)
-
-
-def json_records(lines, path: str | Path):
-    """(line number, parsed JSON) for each non-blank line of ``lines`` ((number, text) pairs of ``path``)."""
-    for number, line in lines:
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as error:
-            raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
+    return corpus_from_records(json_records(numbered_lines(path), path), path, id_field=id_field, text_field=text_field)
 
 
 def corpus_from_records(
@@ -98,7 +73,7 @@ def read_texts(path: str | Path) -> list[str]:
         return read_corpus(path).texts
     if not path.is_file():
         raise InputError("no such file", path)
-    texts = [line.strip() for _, line in _decoded_lines(path) if line.strip()]
+    texts = [line.strip() for _, line in numbered_lines(path) if line.strip()]
     if not texts:
         raise InputError("no texts in file", path)
     return texts

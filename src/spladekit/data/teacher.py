@@ -12,32 +12,14 @@ Two layouts are read (plain or ``.gz``), strictly, with ``file:line`` errors:
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
-from spladekit.data.jsonl import _decoded_lines, json_records
+from spladekit.data.lines import json_records, numbered_lines
 from spladekit.errors import InputError
 
 TeacherScores = dict[tuple[str, str], float]
-
-
-def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of a UTF-8 text file, gzip-compressed when its name ends in ``.gz``."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("no such file", path)
-    if path.suffix != ".gz":
-        yield from _decoded_lines(path)
-        return
-    with gzip.open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield number, raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError("not valid UTF-8", path, number) from None
 
 
 def _identifier(value, what: str, path: Path, number: int) -> str:

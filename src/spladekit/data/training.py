@@ -32,7 +32,8 @@ from typing import Protocol
 import numpy as np
 
 from spladekit.data.jsonl import read_corpus
-from spladekit.data.teacher import READERS, TeacherScores, numbered_lines
+from spladekit.data.lines import numbered_lines
+from spladekit.data.teacher import READERS, TeacherScores
 from spladekit.data.triplets import read_triplets
 from spladekit.errors import InputError, SpladekitError
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spladekit.data.jsonl import _decoded_lines
+from spladekit.data.lines import numbered_lines
 from spladekit.errors import InputError
 
 
@@ -39,7 +39,7 @@ def read_triplets(
         raise InputError("no such file", path)
     triplets: list[Triplet] = []
     skip_header = header
-    for number, line in _decoded_lines(path):
+    for number, line in numbered_lines(path):
         if limit is not None and len(triplets) >= limit:
             break
         line = line.rstrip("\r\n")

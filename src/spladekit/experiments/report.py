@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 
 from spladekit.errors import SpladekitError
-from spladekit.experiments.sweep import EVALUATION_FILE, RUN_FILE
+from spladekit.data.lines import read_json
+from spladekit.experiments.sweep import RUN_FILE, read_evaluation
 from spladekit.files import atomic_file
 from spladekit.train.monitors import read_metrics
 
 SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG@10", "DL19 nDCG@10"),
                  ("beir13", "nDCG@10", "BEIR-13 nDCG@10"), ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"))
+SUITE_NAMES = tuple(suite for suite, _, _ in SUITE_COLUMNS)
 PRIMARY = ("NanoBEIR nDCG@10", "BEIR-13 nDCG@10", "mean nDCG@10")
 
 
@@ -38,23 +39,22 @@ def collect(directory: str | Path) -> list[dict]:
         raise SpladekitError(f"{directory}: no runs/*/{RUN_FILE}: not a sweep folder (see `spladekit sweep`)")
     rows = []
     for run_file in run_files:
-        record = json.loads(run_file.read_text())
+        record = read_json(run_file, dict)
         run_dir = run_file.parent
-        evaluation_path = run_dir / EVALUATION_FILE
-        evaluation = json.loads(evaluation_path.read_text()) if evaluation_path.is_file() else {}
+        evaluation = read_evaluation(run_dir)
         metrics = read_metrics(run_dir)
         row = {key: record.get(key) for key in ("run", "backbone", "backbone_id", "k", "mode", "inflate", "status",
                                                  "initial_head_norm", "auto_k")}
         row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
         for suite, measure, column in SUITE_COLUMNS:
-            row[column] = evaluation.get(suite, {}).get(measure)
-        collections = {name: result for name, result in evaluation.items() if name not in dict.fromkeys(s for s, _, _ in SUITE_COLUMNS)}
+            row[column] = evaluation[suite].metrics.get(measure) if suite in evaluation else None
+        collections = {name: result for name, result in evaluation.items() if name not in SUITE_NAMES}
         for name, result in collections.items():
-            row[f"{name} nDCG@10"] = result.get("nDCG@10")
-        row["mean nDCG@10"] = _mean([result.get("nDCG@10") for result in collections.values()])
-        row["FLOPS"] = _mean([result.get("flops") for result in evaluation.values()])
-        row["avg q nnz"] = _mean([result.get("avg_q_nnz") for result in evaluation.values()])
-        row["avg d nnz"] = _mean([result.get("avg_d_nnz") for result in evaluation.values()])
+            row[f"{name} nDCG@10"] = result.metrics.get("nDCG@10")
+        row["mean nDCG@10"] = _mean([result.metrics.get("nDCG@10") for result in collections.values()])
+        row["FLOPS"] = _mean([result.efficiency.get("flops") for result in evaluation.values()])
+        row["avg q nnz"] = _mean([result.efficiency.get("avg_q_nnz") for result in evaluation.values()])
+        row["avg d nnz"] = _mean([result.efficiency.get("avg_d_nnz") for result in evaluation.values()])
         row["final loss"] = metrics[-1]["loss"] if metrics else None
         row["loss std (last half)"] = _loss_roughness(metrics)
         rows.append(row)

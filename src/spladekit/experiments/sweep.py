@@ -8,7 +8,7 @@ Sweep file (YAML)::
       - {name: tiny, id: ../shared/models/splade-tiny-msmarco}
       - {name: tiny-x8, id: ../shared/models/splade-tiny-msmarco, inflate: 8}   # head × 8 (simulated)
     k: [1, 4, 16, auto]          # default grid; a backbone may set its own `k:` / `modes:`
-    modes: [tied, untie]
+    modes: [tied, untie]          # or auto: spladekit.rescaling picks per k (head.recommend_mode)
     evaluation: {data: [../shared/data/scifact, dl19], split: test, max_length: 256}
 
 Layout of ``OUTPUT``: ``plan.json``; ``backbones/<name>/`` (simulated inflated-head variants) and
@@ -30,8 +30,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Union
 
+from spladekit.data.lines import read_json
 from spladekit.errors import InputError, SpladekitError
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.files import atomic_file
+from spladekit.head import RESCALE_MODES, parse_k
 
 log = logging.getLogger("spladekit")
 
@@ -87,18 +90,17 @@ class Cell:
 
 
 # ------------------------------------------------------------------------------------------- config
-def _check_k(value, where: str, source: str):
-    if value == "auto":
-        return "auto"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise InputError(f"{where}: k must be a positive number or 'auto', got {value!r}", source)
-    return float(value)
+def _check_k(value, where: str, source: str) -> float | str:
+    try:
+        return parse_k(value, allow_auto=True)
+    except SpladekitError as error:
+        raise InputError(f"{where}: {error}", source) from None
 
 
 def _check_modes(values, where: str, source: str) -> list[str]:
     for mode in values:
-        if mode not in ("tied", "untie"):
-            raise InputError(f"{where}: rescale mode must be 'tied' or 'untie', got {mode!r}", source)
+        if mode not in (*RESCALE_MODES, "auto"):
+            raise InputError(f"{where}: rescale mode must be 'tied', 'untie' or 'auto', got {mode!r}", source)
     return list(values)
 
 
@@ -314,8 +316,9 @@ def _write_json(path: Path, payload: dict) -> None:
 
 def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
     """The folder/id to train from (an inflated variant is built once) and its initial head report."""
+    from spladekit.diagnosis import diagnose
     from spladekit.encoder import SparseEncoder
-    from spladekit.head import diagnose, divide_head
+    from spladekit.head import divide_head
 
     folder = output / "backbones" / spec.name
     report_path = output / "backbones" / f"{spec.name}.diagnose.json"
@@ -324,17 +327,18 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
         if not (folder / "config.json").is_file():
             encoder = SparseEncoder.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code)
             divide_head(encoder.model, 1.0 / spec.inflate, mode=spec.inflate_mode)
-            encoder.save(folder)
+            encoder.save(folder, overwrite=True)  # no config.json: an interrupted earlier attempt
         path = str(folder)
     if not report_path.is_file():
         encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
         report = diagnose(encoder).to_dict() | {"inflate": spec.inflate, "inflate_mode": spec.inflate_mode,
                                                  "source": spec.id}
         _write_json(report_path, report)
-    return path, json.loads(report_path.read_text())
+    return path, read_json(report_path, dict)
 
 
-def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict:
+def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
+    """The trained model of one run on every evaluation dataset or suite, keyed by its name."""
     from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data
 
@@ -344,8 +348,17 @@ def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> 
     for data in evaluation.data:
         result = evaluate_data(encoder, data, split=evaluation.split, data_root=evaluation.data_root,
                                max_length=evaluation.max_length, batch_size=evaluation.batch_size, show_progress=False)
-        results[result.get("suite") or result.get("name") or str(data)] = result
+        results[result.name] = result
     return results
+
+
+def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
+    """A run's ``evaluation.json`` ({name: result}); empty when the run has not been evaluated."""
+    path = run_dir / EVALUATION_FILE
+    if not path.is_file():
+        return {}
+    payload = read_json(path, dict)
+    return {name: EvaluationResult.from_dict(result, path) for name, result in payload.items()}
 
 
 def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
@@ -357,9 +370,10 @@ def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     spec = next(spec for spec in sweep.backbones if spec.name == cell.backbone)
     run_dir = output / "runs" / cell.name
     record_path = run_dir / RUN_FILE
-    if record_path.is_file() and json.loads(record_path.read_text()).get("status") == "done":
+    previous = read_json(record_path, dict) if record_path.is_file() else {}
+    if previous.get("status") == "done":
         log.info("%s: finished earlier, skipped", cell.name)
-        return json.loads(record_path.read_text())
+        return previous
     path, initial = prepare_backbone(spec, output)
     config = config_from_dict(_run_values(sweep, spec, cell, path), f"{cell.name} (sweep recipe)")
     record = {"run": cell.name, "backbone": cell.backbone, "backbone_id": spec.id, "inflate": spec.inflate,
@@ -372,7 +386,7 @@ def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
         train(config, run_dir, resume=resume, overwrite=not resume)
     _write_json(record_path, record | {"status": "evaluating"})
     results = evaluate_run(run_dir, sweep, spec.trust_remote_code)
-    _write_json(run_dir / EVALUATION_FILE, results)
+    _write_json(run_dir / EVALUATION_FILE, {name: result.to_dict() for name, result in results.items()})
     record |= {"status": "done", "seconds": round(time.perf_counter() - began, 1)}
     _write_json(record_path, record)
     return record

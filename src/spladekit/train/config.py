@@ -74,7 +74,8 @@ class OptimizationConfig:
     batch_size: int = 8  # queries per optimizer step, over all micro-batches and all processes
     accumulation: int = 1  # micro-batches per step (exact: see train/loop.py)
     lr: float = 2e-5
-    weight_decay: float = 0.01
+    weight_decay: float = 0.01  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
+    decay_embeddings: bool = True  # also decay the input embeddings (= the head when tied)
     warmup_steps: int = 100
     max_grad_norm: float | None = 1.0  # None: no clipping
     bf16: bool = False

@@ -25,11 +25,13 @@ number of processes nor the accumulation changes the objective:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,8 +42,10 @@ from transformers import get_linear_schedule_with_warmup
 from spladekit.data.training import Example, TrainingSet, load_training_set
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import SpladekitError
+from spladekit.evaluate import evaluate_data
 from spladekit.files import check_new_output
-from spladekit.head import diagnose, head_norms, recommend_mode, rescale
+from spladekit.head import head_norms
+from spladekit.rescaling import RescaleRecord, apply_rescale, resolve_rescale
 from spladekit.train import distributed
 from spladekit.train.checkpoint import (
     checkpoints,
@@ -76,29 +80,36 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> SparseEncoder:
-    """Load the backbone and rescale its head once; ``rescale.k/mode: auto`` are resolved in ``config``.
+@dataclass(frozen=True)
+class TrainedRun:
+    """What :func:`train` returns: the run folder, the fully resolved config and the applied rescaling."""
 
-    ``k: auto`` runs ``head.diagnose`` on the first ``rescale.auto_pairs`` (query, positive) pairs of the
-    training data and takes its ``recommended_k``; ``mode: auto`` takes ``head.recommend_mode`` for that k.
-    """
+    output: Path
+    config: TrainConfig
+    rescale: RescaleRecord
+
+    @property
+    def model(self) -> Path:
+        return self.output / "model"
+
+
+def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[SparseEncoder, RescaleRecord]:
+    """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
+    :func:`spladekit.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
+    (query, positive) pairs of the training data)."""
     backbone, setting = config.backbone, config.rescale
-    if "auto" not in (setting.k, setting.mode):
-        return SparseEncoder.from_pretrained(backbone.id, rescale_k=setting.k, rescale_mode=setting.mode,
-                                             rescale_bias=setting.rescale_bias,
-                                             trust_remote_code=backbone.trust_remote_code)
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
-    if setting.k == "auto":
-        groups = training_set.groups[: setting.auto_pairs]
-        pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
-        setting.k = diagnose(encoder, pairs, max_length=config.data.doc_max_length).recommended_k
-        logger.info("rescale.k: auto resolved to %g (head.diagnose recommended_k on %d training pairs)", setting.k, len(pairs))
-    if setting.mode == "auto":
-        setting.mode = recommend_mode(encoder.model, setting.k or 1.0)
-        logger.info("rescale.mode: auto resolved to %s (head.recommend_mode)", setting.mode)
-    if setting.k is not None:
-        rescale(encoder.model, setting.k, mode=setting.mode, rescale_bias=setting.rescale_bias)
-    return encoder
+    groups = training_set.groups[: setting.auto_pairs]
+    pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
+    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias, pairs=pairs,
+                             max_length=config.data.doc_max_length)
+    return apply_rescale(encoder, record), record
+
+
+def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
+    """A copy of ``config`` with ``rescale.k/mode`` as applied (the input is never modified)."""
+    mode = config.rescale.mode if record.mode == "none" else record.mode
+    return dataclasses.replace(config, rescale=dataclasses.replace(config.rescale, k=record.k, mode=mode))
 
 
 def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
@@ -111,10 +122,11 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
     if not (output / CONFIG_FILE).is_file():
         raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
     saved = load_config(output / CONFIG_FILE)
-    for key in ("k", "mode"):
-        if getattr(config.rescale, key) == "auto":
-            setattr(config.rescale, key, getattr(saved.rescale, key))
-    differ = _changed_keys(saved.to_dict(), config.to_dict())
+    requested = config.to_dict()
+    for key in ("k", "mode"):  # an "auto" value was resolved once, at the start of the run
+        if requested["rescale"][key] == "auto":
+            requested["rescale"][key] = getattr(saved.rescale, key)
+    differ = _changed_keys(saved.to_dict(), requested)
     if differ:
         raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
                              f"only logging.* may change")
@@ -124,11 +136,11 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
     return found[-1]
 
 
-def write_run_config(output: Path, config: TrainConfig, were_auto: list[str]) -> None:
+def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
     """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
     output.mkdir(parents=True, exist_ok=True)
-    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (head.diagnose)\n"
-                   for key in were_auto)
+    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.rescaling)\n"
+                   for key in record.auto)
     save_config(config, output / CONFIG_FILE, header=note)
 
 
@@ -140,6 +152,22 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
         elif old.get(key) != new.get(key) and f"{prefix}{key}".split(".")[0] != "logging":
             changed.append(prefix + key)
     return sorted(changed)
+
+
+def parameter_groups(encoder: SparseEncoder, weight_decay: float, decay_embeddings: bool) -> list[dict]:
+    """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
+    (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
+    the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
+    (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
+    during training, which interacts with the head rescaling under study."""
+    embeddings = encoder.model.get_input_embeddings().weight
+    decay, no_decay = [], []
+    for parameter in encoder.parameters():
+        if not parameter.requires_grad:
+            continue
+        exempt = parameter.ndim < 2 or (parameter is embeddings and not decay_embeddings)
+        (no_decay if exempt else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 # ------------------------------------------------------------------------------------------ one step
@@ -202,16 +230,14 @@ def split_batch(examples: list[Example], accumulation: int, processes) -> list[l
 
 
 def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: MetricsLog) -> None:
-    """Evaluate the model as it is now with ``spladekit.evaluate`` (issue 3's API) and log the results."""
-    from spladekit.evaluate import evaluate_data
-
+    """Evaluate the model as it is now with ``spladekit.evaluate`` and log the results."""
     setting = config.evaluation
-    results = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
-                            max_length=setting.max_length or config.data.doc_max_length, cache=False,
-                            show_progress=False)
-    log.write({"step": step, **results})
+    result = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
+                           max_length=setting.max_length or config.data.doc_max_length, cache=False,
+                           show_progress=False)
+    log.write({"step": step, **result.to_dict()})
     logger.info("step %d: evaluation on %s: %s", step, setting.data,
-                ", ".join(f"{key} {value:.4f}" for key, value in results.items() if "@" in key))
+                ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()))
 
 
 def teacher_scores(examples: list[Example], device) -> torch.Tensor | None:
@@ -221,9 +247,10 @@ def teacher_scores(examples: list[Example], device) -> torch.Tensor | None:
 
 
 # ------------------------------------------------------------------------------------------ the loop
-def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False) -> Path:
-    """Train a SPLADE model; returns ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``,
-    ``plots/``, ``checkpoints/``). Run under ``torchrun`` for several processes."""
+def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False) -> TrainedRun:
+    """Train a SPLADE model into ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``,
+    ``checkpoints/``); ``config`` is not modified, the resolved one is returned. Run under ``torchrun``
+    for several processes."""
     processes = distributed.setup()
     try:
         return _train(config, Path(output), resume, overwrite, processes)
@@ -231,7 +258,7 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
         distributed.teardown(processes)
 
 
-def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes) -> Path:
+def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes) -> TrainedRun:
     opt, log = config.optimization, config.logging
     if opt.batch_size % (opt.accumulation * processes.world_size):
         raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
@@ -243,15 +270,19 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, pro
     seed_everything(config.seed)
     training_set = load_training_set(config.data)
     if checkpoint is None:
-        were_auto = [key for key in ("k", "mode") if getattr(config.rescale, key) == "auto"]
-        encoder = initial_encoder(config, training_set)
+        encoder, record = initial_encoder(config, training_set)
+        config = resolved_config(config, record)
         if processes.main:
-            write_run_config(output, config, were_auto)
+            write_run_config(output, config, record)
     else:
         encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
+        saved = load_config(output / CONFIG_FILE).rescale  # "auto" was resolved when the run started
+        config = dataclasses.replace(config, rescale=saved)
+        record = (RescaleRecord(None, "none") if saved.k is None
+                  else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
     encoder.to(processes.device).train(config.backbone.dropout)
     parameters = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=opt.lr, weight_decay=opt.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings), lr=opt.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
     start = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
     metrics = MetricsLog(output, resume_step=start) if processes.main else None
@@ -311,4 +342,4 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, pro
             if log.plots:
                 write_plots(output)
     distributed.barrier(processes)
-    return output
+    return TrainedRun(output, config, record)

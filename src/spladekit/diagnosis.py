@@ -1,0 +1,144 @@
+"""``diagnose``: what a backbone's vocabulary projection looks like and what SPLADE vectors it gives
+before any training — head norms, tying, bias, initial sparsity and scores, and the recommended k.
+
+**auto-k** (:func:`recommend_k`): the smallest k in :data:`AUTO_K_CANDIDATES` whose initial median
+positive-pair score on the sample is at most ``AUTO_K_TOLERANCE × REFERENCE_PAIR_SCORE``, the score of a
+healthy trained SPLADE model (see the constants). Inflated initial scores make the ranking loss saturate
+at once and the FLOPS term then fight it (the collapse of Jang et al., arXiv:2606.18811); the smallest
+such k avoids over-rescaling, where all scores become equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from spladekit.backbone import is_tied, projection_path, vocab_projection
+from spladekit.encoder import SparseEncoder
+from spladekit.head import head_norms, recommend_mode, rescale_record, word_position_ratio
+from spladekit.pooling import splade_max_pool
+
+# auto-k: candidates, and the typical initial query–document score of a healthy SPLADE model: the median
+# positive-pair score of the trained ../shared/models/splade-tiny-msmarco on SAMPLE_PAIRS below
+# (15.7, from `spladekit diagnose ../shared/models/splade-tiny-msmarco`, field median_pair_score).
+AUTO_K_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+REFERENCE_PAIR_SCORE = 16.0
+AUTO_K_TOLERANCE = 2.0
+
+SAMPLE_PAIRS = (
+    ("what is the capital of france", "Paris is the capital and most populous city of France, on the Seine."),
+    ("how do vaccines work", "Vaccines train the immune system to recognize a pathogen by exposing it to an antigen."),
+    ("symptoms of vitamin d deficiency", "Low vitamin D can cause bone pain, muscle weakness and fatigue in adults."),
+    ("who wrote pride and prejudice", "Pride and Prejudice is an 1813 novel of manners written by Jane Austen."),
+    ("boiling point of water at altitude", "At higher altitudes air pressure is lower, so water boils below 100 degrees."),
+    ("python list comprehension syntax", "A list comprehension builds a list from an iterable: [f(x) for x in items if cond]."),
+    ("causes of the first world war", "The assassination of Archduke Franz Ferdinand in 1914 triggered the First World War."),
+    ("how does photosynthesis work", "Plants convert light, water and carbon dioxide into glucose and oxygen in chloroplasts."),
+    ("best time to visit japan", "Spring cherry blossom season and autumn foliage are popular times to travel to Japan."),
+    ("what is inflation in economics", "Inflation is the rate at which the general level of prices for goods rises over time."),
+    ("treatment for type 2 diabetes", "Metformin, diet changes and exercise are first-line treatments for type 2 diabetes."),
+    ("speed of light in vacuum", "Light travels at exactly 299,792,458 metres per second in a vacuum."),
+)
+
+
+
+@dataclass
+class HeadReport:
+    """What the vocabulary projection looks like, and what SPLADE vectors it gives before training."""
+
+    architecture: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    head_param: str
+    tied: bool
+    frobenius_norm: float
+    mean_row_norm: float
+    max_row_norm: float
+    bias_mean: float | None
+    bias_std: float | None
+    avg_q_nnz: float
+    avg_d_nnz: float
+    mean_term_weight: float
+    max_term_weight: float
+    median_pair_score: float
+    mean_score: float
+    recommended_k: float
+    recommended_mode: str = "tied"
+    word_position_ratio: float | None = None
+    rescale: dict | None = None
+    fresh_keys: list[str] = field(default_factory=list)
+    scores_by_k: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates, max_length: int) -> dict[float, torch.Tensor]:
+    """SPLADE vectors with the head divided by each candidate k (hidden states computed once)."""
+    batch = encoder.tokenize(texts, max_length=max_length)
+    with torch.inference_mode():
+        hidden, projection = encoder.head_inputs(batch)
+        return {
+            k: splade_max_pool(hidden, projection.weight / k, projection.bias, batch["attention_mask"]).float()
+            for k in candidates
+        }
+
+
+def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFERENCE_PAIR_SCORE,
+                tolerance: float = AUTO_K_TOLERANCE) -> float:
+    """auto-k: the smallest candidate k whose initial median positive-pair score is <= tolerance × reference.
+
+    Rationale: collapse comes from inflated initial scores (InfoNCE saturates at once and the FLOPS
+    term then fights it); bringing the initial score down to the scale of a healthy trained SPLADE model
+    removes that, and taking the *smallest* such k avoids over-rescaling (all scores equal). Scores are
+    computed with only the head divided by k, so the rule needs one forward pass and no training.
+    If no candidate is low enough, the largest is returned; a head that activates nothing gives 1.
+    """
+    ordered = sorted(pair_scores_by_k)
+    if pair_scores_by_k[ordered[0]] <= 0:
+        return float(ordered[0])
+    for k in ordered:
+        if 0 < pair_scores_by_k[k] <= tolerance * reference:
+            return float(k)
+    return float(ordered[-1])
+
+
+def diagnose(encoder: SparseEncoder, pairs=SAMPLE_PAIRS, max_length: int = 256) -> HeadReport:
+    """Head statistics plus initial SPLADE statistics on (query, document) sample pairs."""
+    model = encoder.model
+    queries = [query for query, _ in pairs]
+    documents = [document for _, document in pairs]
+    applied = rescale_record(model)
+    # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
+    query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length)
+    document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length)
+    pair_scores = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
+    q, d = query_vectors[1], document_vectors[1]
+    active = torch.cat([q[q > 0], d[d > 0]])
+    projection = vocab_projection(model)
+    config = model.config
+    return HeadReport(
+        architecture=(getattr(config, "architectures", None) or [type(model).__name__])[0],
+        model_type=getattr(config, "model_type", ""),
+        vocab_size=int(projection.weight.shape[0]),
+        hidden_size=int(projection.weight.shape[1]),
+        head_param=projection_path(model) + ".weight",
+        tied=is_tied(model),
+        **head_norms(model),
+        avg_q_nnz=float((q > 0).sum(dim=1).float().mean()),
+        avg_d_nnz=float((d > 0).sum(dim=1).float().mean()),
+        mean_term_weight=float(active.mean()) if active.numel() else 0.0,
+        max_term_weight=float(active.max()) if active.numel() else 0.0,
+        median_pair_score=pair_scores[1],
+        mean_score=float((q @ d.T).mean()),
+        recommended_k=(k := recommend_k(pair_scores)),
+        recommended_mode=recommend_mode(model, k),
+        word_position_ratio=word_position_ratio(model),
+        rescale=applied,
+        fresh_keys=list(encoder.fresh_keys),
+        scores_by_k={str(k): round(score, 4) for k, score in pair_scores.items()},
+    )
+
+

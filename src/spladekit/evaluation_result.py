@@ -1,0 +1,122 @@
+"""``EvaluationResult``: the artifact of evaluation — metrics, per-query values, efficiency, provenance.
+
+JSON form (``to_dict`` / ``save``; the ``spladekit evaluate --output`` contract): the mean of each
+measure under its ir_measures name at the top level (``nDCG@10``, ``RR@10``, ``R@1000``…), the
+efficiency numbers (``flops``, ``avg_q_nnz``, ``avg_d_nnz``, ``docs``, ``queries``,
+``search_ms_per_query``), the timings, the provenance (source, backend, k, max length, cache…), plus
+``measures`` (which keys are measures), ``per_query`` (``{measure: {query_id: value}}``, for paired
+tests) and, for a suite, ``datasets`` (one result per collection; the top level holds their means).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from spladekit.data.lines import read_json
+from spladekit.errors import InputError
+from spladekit.files import atomic_file
+
+EFFICIENCY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries", "search_ms_per_query")
+TIMING_KEYS = ("encode_docs_seconds", "encode_queries_seconds", "index_seconds")
+STRUCTURE_KEYS = ("name", "suite", "measures", "per_query", "datasets")
+
+
+@dataclass
+class EvaluationResult:
+    """One collection's (or, with ``members``, one suite's) evaluation."""
+
+    name: str
+    measures: tuple[str, ...]
+    metrics: dict[str, float]  # measure → mean over judged queries (ir_measures names)
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # measure → query id → value
+    efficiency: dict[str, float] = field(default_factory=dict)  # EFFICIENCY_KEYS
+    timings: dict[str, float | None] = field(default_factory=dict)  # TIMING_KEYS
+    provenance: dict = field(default_factory=dict)  # source, backend, backend_params, k, max_length, cache…
+    members: dict[str, EvaluationResult] = field(default_factory=dict)  # a suite's collections
+
+    @property
+    def is_suite(self) -> bool:
+        return bool(self.members)
+
+    @classmethod
+    def mean_of(cls, name: str, members: dict[str, EvaluationResult]) -> EvaluationResult:
+        """A suite: the mean of each measure and efficiency number over its collections, timings summed."""
+        if not members:
+            raise ValueError(f"suite {name!r} has no collections")
+        first = next(iter(members.values()))
+        parts = list(members.values())
+
+        def mean(key: str, of: str) -> float:
+            return float(np.mean([getattr(part, of)[key] for part in parts]))
+
+        return cls(
+            name=name, measures=first.measures,
+            metrics={measure: mean(measure, "metrics") for measure in first.measures},
+            efficiency={key: mean(key, "efficiency") for key in first.efficiency},
+            timings={key: float(sum(part.timings.get(key) or 0.0 for part in parts)) for key in first.timings},
+            provenance={key: first.provenance[key] for key in ("backend", "k", "max_length") if key in first.provenance},
+            members=members,
+        )
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict:
+        payload: dict = {"name": self.name}
+        if self.is_suite:
+            payload["suite"] = self.name
+        payload |= self.metrics | self.efficiency | self.timings | self.provenance
+        payload["measures"] = list(self.measures)
+        if self.per_query:
+            payload["per_query"] = self.per_query
+        if self.members:
+            payload["datasets"] = {name: member.to_dict() for name, member in self.members.items()}
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict, source: str | Path | None = None) -> EvaluationResult:
+        """Inverse of :meth:`to_dict`; also reads files written before ``measures`` was recorded."""
+        if not isinstance(payload, dict):
+            raise InputError("an evaluation result must be a JSON object", source)
+        measures = payload.get("measures")
+        if measures is None:
+            # Written by spladekit < 0.2: a key is a measure when ir_measures can parse it.
+            measures = [key for key in payload if key not in (*EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS)
+                        and _is_measure(key) and isinstance(payload[key], (int, float))]
+        if not isinstance(measures, list) or not all(isinstance(m, str) and m in payload for m in measures):
+            raise InputError("'measures' must list measure names present in the result", source)
+        members = payload.get("datasets") or {}
+        if not isinstance(members, dict):
+            raise InputError("'datasets' must be an object", source)
+        used = {*measures, *EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS}
+        return cls(
+            name=str(payload.get("name") or payload.get("suite") or ""),
+            measures=tuple(measures),
+            metrics={measure: payload[measure] for measure in measures},
+            per_query=payload.get("per_query") or {},
+            efficiency={key: payload[key] for key in EFFICIENCY_KEYS if key in payload},
+            timings={key: payload[key] for key in TIMING_KEYS if key in payload},
+            provenance={key: value for key, value in payload.items() if key not in used},
+            members={name: cls.from_dict(member, source) for name, member in members.items()},
+        )
+
+    def save(self, path: str | Path) -> Path:
+        with atomic_file(path) as stream:
+            stream.write(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvaluationResult:
+        return cls.from_dict(read_json(path, dict), path)
+
+
+def _is_measure(name: str) -> bool:
+    import ir_measures
+
+    try:
+        ir_measures.parse_measure(name)
+    except (ValueError, NameError, SyntaxError, TypeError):
+        return False
+    return True

@@ -1,0 +1,50 @@
+"""diagnosis.py: the head report's contract keys, what it measures, and the auto-k rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from spladekit import SparseEncoder
+from spladekit.backbone import vocab_projection
+from spladekit.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
+from tiny_models import ARCHITECTURES, build_tiny_model
+
+DIAGNOSE_KEYS = {"architecture", "vocab_size", "hidden_size", "head_param", "tied", "frobenius_norm",
+                 "mean_row_norm", "max_row_norm", "bias_mean", "recommended_k", "recommended_mode"}
+
+
+def load(directory, arch, **kwargs):
+    return SparseEncoder.from_pretrained(directory, trust_remote_code=arch == "gte", **kwargs)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_diagnose_reports_contract_keys(arch, tiny_model_dirs):
+    report = diagnose(load(tiny_model_dirs[arch], arch)).to_dict()
+    assert DIAGNOSE_KEYS <= report.keys()
+    assert report["tied"] is True
+    assert report["recommended_k"] in AUTO_K_CANDIDATES
+    weight = vocab_projection(load(tiny_model_dirs[arch], arch).model).weight.detach()
+    assert report["frobenius_norm"] == pytest.approx(float(weight.norm()), rel=1e-5)
+    assert report["max_row_norm"] == pytest.approx(float(weight.norm(dim=1).max()), rel=1e-5)
+    assert report["avg_q_nnz"] > 0 and report["avg_d_nnz"] >= report["avg_q_nnz"]
+
+
+def test_inflated_head_raises_recommended_k(tmp_path):
+    base = diagnose(SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "base")))
+    inflated = diagnose(SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "big", head_scale=32.0)))
+    assert inflated.frobenius_norm == pytest.approx(32 * base.frobenius_norm, rel=1e-4)
+    assert inflated.median_pair_score > 10 * base.median_pair_score
+    assert inflated.recommended_k > base.recommended_k
+
+
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ({1: 500.0, 2: 200.0, 4: 30.0, 8: 5.0}, 4.0),  # first k under 2 × 16
+        ({1: 15.0, 2: 7.0, 4: 40.0}, 1.0),  # already healthy
+        ({1: 900.0, 2: 800.0}, 2.0),  # nothing low enough: the largest candidate
+        ({1: 0.0, 2: 0.0}, 1.0),  # dead head: do not shrink it further
+    ],
+)
+def test_recommend_k_rule(scores, expected):
+    assert recommend_k(scores) == expected
