@@ -154,7 +154,7 @@ def test_bad_sweep_files_are_clear_errors(tmp_path):
         load_sweep(write_sweep(tmp_path, backbones=backbone_with(["rescale.k=2"])))
     with pytest.raises(InputError, match="did you mean 'backbones'"):
         load_sweep(write_sweep(tmp_path, backbone=[]))
-    with pytest.raises(InputError, match="k must be a positive number or 'auto'"):
+    with pytest.raises(InputError, match="k: k must be a positive finite number or 'auto', got 0"):
         load_sweep(write_sweep(tmp_path, k=[0]))
     with pytest.raises(InputError, match="recipe.rescale is set per run"):
         load_sweep(write_sweep(tmp_path, recipe={"rescale": {"k": 2}, "data": {"path": "x"}}))

@@ -28,7 +28,7 @@ from spladekit.diagnosis import diagnose
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.distributed import Processes
-from spladekit.train.loop import encode_examples, forward_backward, objective
+from spladekit.train.loop import encode_examples, forward_backward, objective, parameter_groups
 from spladekit.train.monitors import CollapseDetector, read_metrics
 
 LEARN = {"optimization": {"steps": 20, "batch_size": 8, "lr": 3e-3, "warmup_steps": 2}}
@@ -149,7 +149,8 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
     inflated = build_tiny_model("bert", tmp_path / "inflated", head_scale=16.0)
     config = tiny_config(inflated, triplets_file, rescale={"k": "auto", "auto_pairs": 8}, optimization={"steps": 1})
     with caplog.at_level(logging.INFO, logger="spladekit"):
-        output = train(config, tmp_path / "auto").output
+        run = train(config, tmp_path / "auto")
+    output = run.output
     encoder = SparseEncoder.from_pretrained(inflated)
     groups = [line.split("\t") for line in triplets_file.read_text().splitlines()[:8]]
     expected = diagnose(encoder, [(q, p) for q, p, *_ in groups], max_length=16).recommended_k
@@ -158,6 +159,21 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
     assert saved["rescale"]["k"] == expected and (output / "config.yaml").read_text().startswith("# rescale.k was 'auto'")
     assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"]["k"] == expected
     assert f"rescale.k: auto resolved to {expected:g}" in caplog.text
+    assert config.rescale.k == "auto"  # the caller's config is not modified; the resolved one is returned
+    assert run.config.rescale.k == expected and run.rescale.k == expected and run.rescale.auto == ("k",)
+
+
+@pytest.mark.parametrize("decay_embeddings", [True, False])
+def test_no_weight_decay_on_biases_and_layernorm_and_embeddings_by_choice(tiny_bert, decay_embeddings):
+    encoder = SparseEncoder.from_pretrained(tiny_bert)
+    decay, no_decay = parameter_groups(encoder, 0.01, decay_embeddings)
+    named = dict(encoder.named_parameters())
+    assert sorted(map(id, decay["params"] + no_decay["params"])) == sorted(map(id, named.values()))
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    exempt = {name for name, parameter in named.items() if any(parameter is p for p in no_decay["params"])}
+    assert {name for name in named if name.endswith("bias") or "LayerNorm" in name} <= exempt
+    embeddings = encoder.model.get_input_embeddings().weight  # tied: also the vocabulary projection
+    assert any(embeddings is p for p in decay["params"]) == decay_embeddings
 
 
 @pytest.mark.parametrize("k, expected", [(4.0, "tied"), (64.0, "untie")])

@@ -270,16 +270,16 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, pro
     seed_everything(config.seed)
     training_set = load_training_set(config.data)
     if checkpoint is None:
-        encoder, record = initial_encoder(config, training_set)
-        config = resolved_config(config, record)
+        encoder, rescaling = initial_encoder(config, training_set)
+        config = resolved_config(config, rescaling)
         if processes.main:
-            write_run_config(output, config, record)
+            write_run_config(output, config, rescaling)
     else:
         encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
         saved = load_config(output / CONFIG_FILE).rescale  # "auto" was resolved when the run started
         config = dataclasses.replace(config, rescale=saved)
-        record = (RescaleRecord(None, "none") if saved.k is None
-                  else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
+        rescaling = (RescaleRecord(None, "none") if saved.k is None
+                     else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
     encoder.to(processes.device).train(config.backbone.dropout)
     parameters = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings), lr=opt.lr)
@@ -342,4 +342,4 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, pro
             if log.plots:
                 write_plots(output)
     distributed.barrier(processes)
-    return TrainedRun(output, config, record)
+    return TrainedRun(output, config, rescaling)
