@@ -186,6 +186,34 @@ def test_half_precision_inputs_match_the_fp32_reference_without_nan(dtype, searc
         torch.testing.assert_close(grad.float(), reference_grad, rtol=1e-2, atol=1e-2)
 
 
+def test_bf16_winner_routing_beyond_256_texts_and_tokens():
+    """bf16 counts integers exactly only up to 256, so text and token indices must stay integers. Each
+    text's winner of every term sits past token 256; texts 256 and 257 (257 rounds to 256 in bf16) share
+    that winning row but get different output gradients, which must not mix."""
+    batch, length, width, vocab = 260, 300, 6, 12
+    generator = torch.Generator().manual_seed(4)
+    direction = torch.ones(width)
+    hidden = 0.1 * torch.randn(batch, length, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator) / 4 + direction
+    position = 257 + torch.arange(batch) % 40
+    hidden[torch.arange(batch), position] = 2 * direction + torch.randn(batch, width, generator=generator) / 4
+    hidden[257, position[257]] = hidden[256, position[256]]
+    hidden, weight = hidden.to(torch.bfloat16), weight.to(torch.bfloat16)
+    bias = torch.zeros(vocab, dtype=torch.bfloat16)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    grad_output = torch.randn(batch, vocab, generator=generator).to(torch.bfloat16)
+    winners = (hidden.float() @ weight.float().T).argmax(dim=1)
+    assert torch.equal(winners, position.unsqueeze(1).expand(batch, vocab))
+    reference, (reference_grad_hidden, reference_grad_weight) = fp32_naive_reference(hidden, weight, bias, mask, grad_output)
+    for search_dtype in (None, torch.bfloat16):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        fused = splade_max_pool_fused(h, w, bias, mask, chunk_size=5, search_dtype=search_dtype)
+        grad_hidden, grad_weight = torch.autograd.grad(fused, [h, w], grad_output)
+        torch.testing.assert_close(fused.float(), reference, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(grad_hidden.float(), reference_grad_hidden, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(grad_weight.float(), reference_grad_weight, rtol=1e-2, atol=1e-1)
+
+
 def test_unknown_pooling_and_bad_chunk_size_are_refused(tiny_model_dirs):
     with pytest.raises(SpladekitError, match="unknown pooling"):
         SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling="mean")

@@ -191,6 +191,8 @@ def _scatter_to_winners(flat, attention_mask, rows, contributions):
     Autograd's ``amax`` splits a max's gradient evenly between tied maxima. Tokens with bitwise
     identical hidden rows in one text tie on every term, so each receives its group's share; this
     makes the fused gradient equal the naive one on repeated tokens (e.g. without position signal).
+    A group is keyed by (text, row id) in int64: a text index stored in a bf16 row would merge texts
+    past 256 (and fp16 past 2,048).
     """
     total, width = flat.shape
     keep = attention_mask.reshape(total).bool()
@@ -199,8 +201,9 @@ def _scatter_to_winners(flat, attention_mask, rows, contributions):
         return grad
     length = attention_mask.shape[1]
     real = torch.nonzero(keep, as_tuple=True)[0]
-    key = torch.cat([(real // length).unsqueeze(1).to(flat.dtype), flat[real].detach() + 0.0], dim=1)  # +0.0: -0 == 0
-    groups, group_of, group_size = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+    _, row_id = torch.unique(flat[real].detach() + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
+    key = (real // length) * real.shape[0] + row_id
+    groups, group_of, group_size = torch.unique(key, return_inverse=True, return_counts=True)
     if groups.shape[0] == real.shape[0]:  # no repeated rows: every gradient goes to its winner
         return grad.index_add_(0, rows, contributions)
     group_of_row = torch.full((total,), -1, dtype=torch.long, device=flat.device)
