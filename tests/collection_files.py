@@ -1,4 +1,4 @@
-"""Write small test collections in the BEIR folder layout."""
+"""Write small test collections in the BEIR folder layout and the Hugging Face parquet layout."""
 
 from __future__ import annotations
 
@@ -38,4 +38,19 @@ def write_beir(folder: Path, docs=DOCS, queries=QUERIES, qrels=QRELS, split: str
         for query_id, judged in qrels.items():
             for doc_id, relevance in judged.items():
                 stream.write(f"{query_id}\t{doc_id}\t{relevance}\n")
+    return folder
+
+
+def write_hf_parquet(folder: Path, qrels_columns: dict, docs=DOCS, queries=QUERIES) -> Path:
+    """``<folder>/{corpus,queries,qrels}/train-00000-of-00001.parquet``, as in a downloaded NanoBEIR repo."""
+    from datasets import Dataset
+
+    rows = {
+        "corpus": {"_id": list(docs), "text": [text for _, text in docs.values()]},
+        "queries": {"_id": list(queries), "text": list(queries.values())},
+        "qrels": qrels_columns,
+    }
+    for config, columns in rows.items():
+        (folder / config).mkdir(parents=True)
+        Dataset.from_dict(columns).to_parquet(str(folder / config / "train-00000-of-00001.parquet"))
     return folder

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from collection_files import DOCS, QRELS, QUERIES, write_beir
+from collection_files import DOCS, QRELS, QUERIES, write_beir, write_hf_parquet
 from spladekit.data import SUITES, load_collection, load_suite, read_qrels, reconcile
 from spladekit.run import Run
 from spladekit.data import collections as collections_module
@@ -71,43 +71,68 @@ def test_trec_qrels_and_run_round_trip(tmp_path):
 
 
 def test_hf_parquet_folder_like_a_downloaded_nanobeir_repo(tmp_path):
-    from datasets import Dataset
-
-    folder = tmp_path / "NanoMini"
-    rows = {
-        "corpus": {"_id": list(DOCS), "text": [text for _, text in DOCS.values()]},
-        "queries": {"_id": list(QUERIES), "text": list(QUERIES.values())},
-        "qrels": {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"]},
-    }
-    for config, columns in rows.items():
-        (folder / config).mkdir(parents=True)
-        Dataset.from_dict(columns).to_parquet(str(folder / config / "train-00000-of-00001.parquet"))
+    folder = write_hf_parquet(tmp_path / "NanoMini", {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"]})
     collection = load_collection(folder)
     assert collection.name == "NanoMini" and collection.corpus.ids == list(DOCS)
     assert collection.qrels == {"q1": {"d1": 1}, "q2": {"d3": 1}}  # no score column: relevance 1
 
 
-def test_ir_datasets_id(monkeypatch):
-    """The ir_datasets adapter on an in-memory stand-in (the real download needs the network)."""
+@pytest.mark.parametrize("scores", [[1.0, 2.0, 0.0], ["1", "2", "0"]], ids=["float", "string"])
+def test_hf_integral_grades_are_read(tmp_path, scores):
+    folder = write_hf_parquet(tmp_path / "hf", {"query-id": ["q1", "q3", "q1"], "corpus-id": ["d1", "d5", "d2"],
+                                                "score": scores})
+    assert load_collection(folder).qrels == {"q1": {"d1": 1, "d2": 0}, "q3": {"d5": 2}}
+
+
+def test_hf_fractional_grade_and_duplicate_judgment_are_refused(tmp_path):
+    fractional = write_hf_parquet(tmp_path / "fractional", {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"],
+                                                            "score": [1.0, 0.5]})
+    with pytest.raises(InputError, match=r"fractional \[qrels\]:2: relevance must be an integer, got 0\.5"):
+        load_collection(fractional)
+    duplicate = write_hf_parquet(tmp_path / "duplicate", {"query-id": ["q1", "q2", "q1"],
+                                                          "corpus-id": ["d1", "d3", "d1"], "score": [1, 1, 0]})
+    with pytest.raises(InputError, match=r"duplicate \[qrels\]:3: duplicate judgment for query 'q1', document 'd1'"):
+        load_collection(duplicate)
+
+
+def fake_ir_dataset(monkeypatch, relevances=(1,)):
+    """Register an in-memory stand-in as ir_datasets ``fake/set`` and ``fake/set/test``; its qrels judge
+    d2, d1… for q1 with ``relevances``. Returns the list of ids that ``ir_datasets.load`` is called with."""
     import ir_datasets
 
     Doc = lambda i, title, text: SimpleNamespace(doc_id=i, title=title, text=text,  # noqa: E731
                                                  default_text=lambda: f"{title} {text}".strip())
+    judgments = [SimpleNamespace(query_id="q1", doc_id=doc, relevance=relevance, iteration="0")
+                 for doc, relevance in zip(("d2", "d1"), relevances)]
     dataset = SimpleNamespace(
         has_docs=lambda: True, has_queries=lambda: True, has_qrels=lambda: True, docs_count=lambda: 2,
         docs_iter=lambda: iter([Doc("d1", "T", "one"), Doc("d2", "", "two")]),
         queries_iter=lambda: iter([SimpleNamespace(query_id="q1", text="first")]),
-        qrels_iter=lambda: iter([SimpleNamespace(query_id="q1", doc_id="d2", relevance=1, iteration="0")]),
+        qrels_iter=lambda: iter(judgments),
     )
     loaded = []
     monkeypatch.setattr(ir_datasets, "load", lambda name: loaded.append(name) or dataset)
     monkeypatch.setitem(ir_datasets.registry._registered, "fake/set", dataset)
     monkeypatch.setitem(ir_datasets.registry._registered, "fake/set/test", dataset)
+    return loaded
+
+
+def test_ir_datasets_id(monkeypatch):
+    """The ir_datasets adapter on an in-memory stand-in (the real download needs the network)."""
+    loaded = fake_ir_dataset(monkeypatch)
     collection = load_collection("fake/set", "test")
     assert loaded == ["fake/set/test"]  # <id>/<split> preferred when it exists
     assert collection.corpus.texts == ["T one", "two"] and collection.qrels == {"q1": {"d2": 1}}
     with pytest.raises(SpladekitError, match="not a folder, a suite or an ir_datasets id"):
         load_collection("no/such/dataset")
+
+
+def test_ir_datasets_grades_must_be_integral(monkeypatch):
+    fake_ir_dataset(monkeypatch, relevances=(2.0, 0))
+    assert load_collection("fake/set", "test").qrels == {"q1": {"d2": 2, "d1": 0}}
+    fake_ir_dataset(monkeypatch, relevances=(1, 0.5))
+    with pytest.raises(InputError, match=r"fake/set/test:2: relevance must be an integer, got 0\.5"):
+        load_collection("fake/set", "test")
 
 
 def test_suites_definitions():

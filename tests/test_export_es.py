@@ -130,6 +130,22 @@ def test_pruning_and_quantization_in_export(tmp_path):
     assert all(isinstance(weight, int) for _, features in parsed for weight in features.values())
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("top_k", [None, 2])
+def test_non_finite_weights_are_refused_before_anything_is_written(tmp_path, bad, top_k):
+    """The engines reject NaN and infinite feature values; dropping them would silently change the vectors."""
+    documents, queries = random_vectors(4, seed=5).toarray(), random_vectors(2, seed=6).toarray()
+    documents[2, 3] = queries[1, 4] = bad
+    documents, queries = sp.csr_matrix(documents), sp.csr_matrix(queries)
+    with pytest.raises(SpladekitError, match=r"document 'doc-2' \(vector row 2\).*'100%'.* (nan|inf)"):
+        export_search_engine(documents, [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es", top_k=top_k)
+    assert not (tmp_path / "es").exists()
+    with pytest.raises(SpladekitError, match=r"query 'q1' \(vector row 1\)"):
+        export_search_engine(random_vectors(4, seed=5), [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es",
+                             top_k=top_k, queries=(queries, ["q0", "q1"]))
+    assert not (tmp_path / "es").exists()
+
+
 def test_prune_top_k_keeps_heaviest_and_lower_id_on_ties():
     matrix = sp.csr_matrix(np.array([[0.5, 2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 1.0, 0.0, 0.0]],
                                     dtype=np.float32))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -108,3 +110,15 @@ def test_bmp_survives_a_query_whose_blocks_all_tie():
     documents = sp.csr_matrix(np.ones((100, 3), dtype=np.float32))
     result = BmpSearcher.build(documents).search(sp.csr_matrix(np.array([[1.0, 0, 0]], dtype=np.float32)), k=10)
     assert result.doc_indices[0].tolist() == list(range(10))
+
+
+def test_seismic_explicit_zero_search_parameters_reach_the_backend(collection):
+    """0 is a value, not "unset": heap_factor=0 (skip no block) must not become the default 0.7."""
+    searcher = SeismicSearcher.build(collection[0][:200], heap_factor=0.5)
+    backend, calls = searcher.index, []
+    searcher.index = SimpleNamespace(batch_search=lambda *args, **kwargs: calls.append(kwargs) or
+                                     backend.batch_search(*args, **kwargs))
+    queries = collection[1][:3]
+    searcher.search(queries, k=5, heap_factor=0.0, query_cut=0)
+    searcher.search(queries, k=5)
+    assert [(call["heap_factor"], call["query_cut"]) for call in calls] == [(0.0, 0), (0.5, 20)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from huggingface_hub import ModelCard
+
 from spladekit.encoder import SparseEncoder
 from spladekit.head import head_norms, rescale
 from spladekit.model_card import write_model_card
@@ -49,3 +51,11 @@ def test_card_of_a_resaved_model_names_the_original_backbone(tiny_model_dirs, tm
     card = (tmp_path / "again" / "README.md").read_text()
     assert f"**Backbone:** `{tiny_model_dirs['bert']}`" in card
     assert (tmp_path / "run" / "model" / "README.md").read_text().splitlines()[7] == "# run"
+
+
+def test_card_metadata_reads_back_with_huggingface_hub(tiny_model_dirs, tmp_path):
+    SparseEncoder.from_pretrained(tiny_model_dirs["bert"]).save(tmp_path / "m")
+    card = ModelCard.load(tmp_path / "m" / "README.md")
+    assert card.data.library_name == "spladekit"
+    assert {"sparse-retrieval", "splade"} <= set(card.data.tags)
+    assert card.text.startswith("\n# m\n") and "## How to load" in card.text

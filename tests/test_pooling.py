@@ -141,6 +141,79 @@ def test_bf16_screen_gives_exact_values_and_gradients():
                                    rtol=0, atol=1e-5)
 
 
+def fp32_naive_reference(hidden, weight, bias, mask, grad_output):
+    """Values and gradients (hidden, weight) of the naive path in float32 on the same (rounded) inputs."""
+    h, w = hidden.float().requires_grad_(), weight.float().requires_grad_()
+    out = splade_max_pool(h, w, bias.float(), mask)
+    return out.detach(), torch.autograd.grad(out, [h, w], grad_output.float())
+
+
+def clear_winner_inputs(batch=4, length=9, width=8, vocab=60, seed=0):
+    """Inputs whose winners lead by > 1 logit, so half-precision rounding cannot change them: token j < width
+    of a text points along axis perm[j], term v along axis v mod width, and only aligned pairs get positive
+    logits. Left and right padding, an all-padding text and a huge padded token, as in random_inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    axes = torch.eye(width)
+    hidden = 0.05 * torch.randn(batch, length, width, generator=generator)
+    for text in range(batch):
+        hidden[text, :width] += 2 * axes[torch.randperm(width, generator=generator)]
+    weight = (1 + torch.rand(vocab, 1, generator=generator)) * axes[torch.arange(vocab) % width]
+    weight += 0.05 * torch.randn(vocab, width, generator=generator)
+    bias = -torch.ones(vocab)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[0, 0] = 0
+    mask[1, length // 2 :] = 0
+    mask[-1] = 0
+    hidden[1, -1] = 30.0  # padded, would win every term, still finite in fp16
+    return hidden, weight, bias, mask
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("search_dtype", [None, torch.bfloat16])
+def test_half_precision_inputs_match_the_fp32_reference_without_nan(dtype, search_dtype):
+    """The padding sentinel must be finite in the matmul's dtype: fp16 tops out at 65,504."""
+    hidden, weight, bias, mask = (tensor.to(dtype) if tensor.is_floating_point() else tensor
+                                  for tensor in clear_winner_inputs())
+    grad_output = torch.randn(4, 60, generator=torch.Generator().manual_seed(3)).to(dtype)
+    reference, reference_grads = fp32_naive_reference(hidden, weight, bias, mask, grad_output)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    fused = splade_max_pool_fused(h, w, bias, mask, chunk_size=16, search_dtype=search_dtype)
+    grads = torch.autograd.grad(fused, [h, w], grad_output)
+    assert fused.dtype == dtype and (reference > 0).sum() > 100 and (fused[-1] == 0).all()
+    torch.testing.assert_close(fused.float(), reference, rtol=1e-2, atol=1e-2)
+    for grad, reference_grad in zip(grads, reference_grads):
+        assert torch.isfinite(grad).all()
+        torch.testing.assert_close(grad.float(), reference_grad, rtol=1e-2, atol=1e-2)
+
+
+def test_bf16_winner_routing_beyond_256_texts_and_tokens():
+    """bf16 counts integers exactly only up to 256, so text and token indices must stay integers. Each
+    text's winner of every term sits past token 256; texts 256 and 257 (257 rounds to 256 in bf16) share
+    that winning row but get different output gradients, which must not mix."""
+    batch, length, width, vocab = 260, 300, 6, 12
+    generator = torch.Generator().manual_seed(4)
+    direction = torch.ones(width)
+    hidden = 0.1 * torch.randn(batch, length, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator) / 4 + direction
+    position = 257 + torch.arange(batch) % 40
+    hidden[torch.arange(batch), position] = 2 * direction + torch.randn(batch, width, generator=generator) / 4
+    hidden[257, position[257]] = hidden[256, position[256]]
+    hidden, weight = hidden.to(torch.bfloat16), weight.to(torch.bfloat16)
+    bias = torch.zeros(vocab, dtype=torch.bfloat16)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    grad_output = torch.randn(batch, vocab, generator=generator).to(torch.bfloat16)
+    winners = (hidden.float() @ weight.float().T).argmax(dim=1)
+    assert torch.equal(winners, position.unsqueeze(1).expand(batch, vocab))
+    reference, (reference_grad_hidden, reference_grad_weight) = fp32_naive_reference(hidden, weight, bias, mask, grad_output)
+    for search_dtype in (None, torch.bfloat16):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        fused = splade_max_pool_fused(h, w, bias, mask, chunk_size=5, search_dtype=search_dtype)
+        grad_hidden, grad_weight = torch.autograd.grad(fused, [h, w], grad_output)
+        torch.testing.assert_close(fused.float(), reference, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(grad_hidden.float(), reference_grad_hidden, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(grad_weight.float(), reference_grad_weight, rtol=1e-2, atol=1e-1)
+
+
 def test_unknown_pooling_and_bad_chunk_size_are_refused(tiny_model_dirs):
     with pytest.raises(SpladekitError, match="unknown pooling"):
         SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling="mean")

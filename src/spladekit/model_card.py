@@ -2,7 +2,8 @@
 
 The card says what the model is (backbone, architecture, head rescaling k and mode, head norms), how it
 was trained and how it scored when the caller knows (``training`` / ``evaluation`` dicts), and how to
-load it with spladekit, sentence-transformers (after ``spladekit export``) and plain transformers.
+load it with spladekit, sentence-transformers (after ``spladekit export``) and plain transformers. The
+metadata block is written by ``huggingface_hub.ModelCard`` so that the Hub reads it as it writes it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from huggingface_hub import ModelCard, ModelCardData
+
 from spladekit.files import atomic_file
 
 CARD_FILE = "README.md"
+CARD_DATA = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}
 NORM_KEYS = ("frobenius_norm", "mean_row_norm", "max_row_norm")
 
 
@@ -48,8 +52,7 @@ def _overview(encoder, name: str) -> list[str]:
     )
     architecture = (getattr(config, "architectures", None) or [type(encoder.model).__name__])[0]
     return [
-        "---", "library_name: spladekit", "tags:", "- sparse-retrieval", "- splade", "---", "",
-        f"# {name}", "",
+        "", f"# {name}", "",
         ("SPLADE learned-sparse retriever built with spladekit: "
          "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."), "",
         f"- **Backbone:** `{original_backbone(encoder)}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
@@ -110,7 +113,9 @@ def model_card(folder: str | Path, encoder, training: dict | None = None, evalua
     folder = Path(folder)
     title = folder.parent.name if folder.name == "model" else folder.name  # a training run's model/
     sections = _overview(encoder, title or str(folder)) + _norms(encoder, training) + _training(training)
-    return "\n".join(sections + _evaluation(evaluation) + _usage(folder)) + "\n"
+    card = ModelCard("\n".join(sections + _evaluation(evaluation) + _usage(folder)) + "\n")
+    card.data = ModelCardData(**CARD_DATA)
+    return str(card)
 
 
 def write_model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: dict | None = None,

@@ -25,9 +25,6 @@ import torch
 # ~13 % of the best chunk both on an idle and on an oversubscribed machine (smaller chunks win when idle,
 # lose badly under load); the block is 16 MB for 32 × 256 tokens.
 DEFAULT_CHUNK_SIZE = 512
-# Logit of a padded token: finite (BLAS may compute 0 · x, and 0 · inf is NaN), representable in
-# bfloat16, and below any real logit, so padding never wins a max over a text with a real token.
-PAD_LOGIT = -1e30
 # A low-precision screen keeps, per text, the terms whose screened max exceeds −SCREEN_SLACK and
 # recomputes those exactly. bf16 logits are off by ~2^-8 of the terms' magnitudes (≲ 0.05 for logits
 # of ±10); a term is lost only if the error exceeds the slack, and the band costs little to recompute.
@@ -112,13 +109,17 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
 
 def _augmented(hidden, weight, bias, attention_mask, dtype):
     """Fold bias and padding into one matmul: rows ``[h, 1, 0]`` (token) or ``[0, 0, 1]`` (padding)
-    against ``[W, b, PAD_LOGIT]``, so a padded token's logit is exactly ``PAD_LOGIT``."""
+    against ``[W, b, pad]``, so a padded token's logit is exactly ``pad``.
+
+    ``pad`` is the lowest finite value of ``dtype``: finite because BLAS computes ``0 · pad`` for every
+    real token (0 · inf is NaN), and per dtype because no constant is both below any real logit and
+    representable in float16 (max 65,504). Padding thus never wins a max over a text with a real token."""
     batch, length, width = hidden.shape
     keep = attention_mask.reshape(batch * length, 1).bool()
     flat = hidden.reshape(batch * length, width).to(dtype).masked_fill(~keep, 0)
     tokens = torch.cat([flat, keep.to(dtype), (~keep).to(dtype)], dim=1)
     bias_column = (bias.to(dtype) if bias is not None else weight.new_zeros(weight.shape[0], dtype=dtype)).unsqueeze(1)
-    pad_column = torch.full_like(bias_column, PAD_LOGIT)
+    pad_column = torch.full_like(bias_column, torch.finfo(dtype).min)
     terms = torch.cat([weight.detach().to(dtype), bias_column.detach(), pad_column], dim=1)
     return tokens, terms
 
@@ -190,6 +191,8 @@ def _scatter_to_winners(flat, attention_mask, rows, contributions):
     Autograd's ``amax`` splits a max's gradient evenly between tied maxima. Tokens with bitwise
     identical hidden rows in one text tie on every term, so each receives its group's share; this
     makes the fused gradient equal the naive one on repeated tokens (e.g. without position signal).
+    A group is keyed by (text, row id) in int64: a text index stored in a bf16 row would merge texts
+    past 256 (and fp16 past 2,048).
     """
     total, width = flat.shape
     keep = attention_mask.reshape(total).bool()
@@ -198,8 +201,9 @@ def _scatter_to_winners(flat, attention_mask, rows, contributions):
         return grad
     length = attention_mask.shape[1]
     real = torch.nonzero(keep, as_tuple=True)[0]
-    key = torch.cat([(real // length).unsqueeze(1).to(flat.dtype), flat[real].detach() + 0.0], dim=1)  # +0.0: -0 == 0
-    groups, group_of, group_size = torch.unique(key, dim=0, return_inverse=True, return_counts=True)
+    _, row_id = torch.unique(flat[real].detach() + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
+    key = (real // length) * real.shape[0] + row_id
+    groups, group_of, group_size = torch.unique(key, return_inverse=True, return_counts=True)
     if groups.shape[0] == real.shape[0]:  # no repeated rows: every gradient goes to its winner
         return grad.index_add_(0, rows, contributions)
     group_of_row = torch.full((total,), -1, dtype=torch.long, device=flat.device)

@@ -85,6 +85,18 @@ def _hf_rows(source: str, config: str):
     return load_dataset(source, config, split="train")
 
 
+def _grade(value, where: str, number: int) -> int:
+    """A relevance grade from a dataset row: integral values only (1, 1.0, "2"), since int() would
+    silently truncate a fractional grade such as 0.5 to 0."""
+    try:
+        grade = float(value)
+    except (TypeError, ValueError):
+        grade = None
+    if grade is None or not grade.is_integer():
+        raise InputError(f"relevance must be an integer, got {value!r}", where, number)
+    return int(grade)
+
+
 def load_hf_dataset(source: str, name: str | None = None) -> Collection:
     """A BEIR-style Hugging Face dataset (NanoBEIR): configs corpus (``_id``, ``text``, ``title``?),
     queries (``_id``, ``text``), qrels (``query-id``, ``corpus-id``, ``score``? default 1)."""
@@ -95,7 +107,11 @@ def load_hf_dataset(source: str, name: str | None = None) -> Collection:
     for number, row in enumerate(_hf_rows(source, "qrels"), start=1):
         if "query-id" not in row or "corpus-id" not in row:
             raise InputError("qrels rows need 'query-id' and 'corpus-id'", where["qrels"], number)
-        qrels.setdefault(str(row["query-id"]), {})[str(row["corpus-id"])] = int(row.get("score", 1))
+        query_id, doc_id = str(row["query-id"]), str(row["corpus-id"])
+        judged = qrels.setdefault(query_id, {})
+        if doc_id in judged:
+            raise InputError(f"duplicate judgment for query {query_id!r}, document {doc_id!r}", where["qrels"], number)
+        judged[doc_id] = _grade(row.get("score", 1), where["qrels"], number)
     return Collection(name=name or Path(source).name, corpus=corpus, queries=queries, qrels=qrels, source=source)
 
 
@@ -139,8 +155,8 @@ def load_ir_dataset(dataset_id: str, split: str | None = None, name: str | None 
         dataset_id,
     )
     qrels: Qrels = {}
-    for judgment in dataset.qrels_iter():
-        qrels.setdefault(judgment.query_id, {})[judgment.doc_id] = int(judgment.relevance)
+    for number, judgment in enumerate(dataset.qrels_iter(), start=1):
+        qrels.setdefault(judgment.query_id, {})[judgment.doc_id] = _grade(judgment.relevance, dataset_id, number)
     return Collection(name=name or dataset_id, corpus=corpus, queries=queries, qrels=qrels, source=dataset_id)
 
 

@@ -11,10 +11,10 @@ Output folder (written atomically):
 * ``export.json``      the settings used (engine, field type, pruning, quantization, escaping).
 
 Feature names are the backbone's token strings, escaped by :mod:`spladekit.export.feature_names` (no
-``.``). Weights are positive finite numbers (zeros dropped), as both field types require; the engines keep
-about 9 significant bits of each. Both query forms score by the plain dot product: ``rank_feature`` with
-the ``linear`` function and ``boost`` = query weight (summed in a ``bool``/``should``), or Elasticsearch's
-``sparse_vector`` query with ``query_vector``.
+``.``). Weights are positive finite numbers (zeros dropped, NaN or infinite ones refused before anything
+is written), as both field types require; the engines keep about 9 significant bits of each. Both query
+forms score by the plain dot product: ``rank_feature`` with the ``linear`` function and ``boost`` = query
+weight (summed in a ``bool``/``should``), or Elasticsearch's ``sparse_vector`` query with ``query_vector``.
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def _weight(value: float) -> float | int:
 
 
 def row_features(vectors: sp.csr_matrix, row: int, names: list[str]) -> dict[str, float]:
-    """{feature name: weight} of one row, positive finite weights only."""
+    """{feature name: weight} of one row, positive weights only (non-finite ones are refused earlier)."""
     start, end = vectors.indptr[row], vectors.indptr[row + 1]
     return {
         names[index]: _weight(value)
         for index, value in zip(vectors.indices[start:end].tolist(), vectors.data[start:end].tolist())
-        if value > 0 and np.isfinite(value)
+        if value > 0
     }
 
 
@@ -83,8 +83,23 @@ def query_dsl(features: dict[str, float], field: str, field_type: str, size: int
     return {"size": size, "query": {"bool": {"should": clauses}}}
 
 
-def _prepare(vectors: sp.csr_matrix, top_k: int | None, scale: float | None) -> sp.csr_matrix:
+def _check_finite(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: str) -> None:
+    """The engines reject NaN and infinite feature values, and dropping them would silently change the
+    vectors (pruning would also hide a NaN): refuse, naming the first bad row."""
+    bad = np.flatnonzero(~np.isfinite(vectors.data))
+    if bad.size:
+        row = int(np.searchsorted(vectors.indptr, bad[0], side="right")) - 1
+        raise SpladekitError(
+            f"{what} {ids[row]!r} (vector row {row}) has weight {vectors.data[bad[0]]} for token "
+            f"{tokens[vectors.indices[bad[0]]]!r}; Elasticsearch and OpenSearch reject NaN and infinite "
+            f"values ({bad.size} such weights in all)"
+        )
+
+
+def _prepare(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: str, top_k: int | None,
+             scale: float | None) -> sp.csr_matrix:
     vectors = vectors.tocsr()
+    _check_finite(vectors, ids, tokens, what)
     if top_k is not None:
         vectors = prune_top_k(vectors, top_k)
     if scale is not None:
@@ -117,10 +132,10 @@ def export_search_engine(
     if vectors.shape[1] != len(tokens):
         raise SpladekitError(f"vectors have {vectors.shape[1]} dimensions but the vocabulary has {len(tokens)} tokens")
     names = feature_names(tokens)
-    documents = _prepare(vectors, top_k, scale)
+    documents = _prepare(vectors, ids, tokens, "document", top_k, scale)
     query_vectors, query_ids = queries if queries is not None else (None, [])
     if query_vectors is not None:
-        query_vectors = _prepare(query_vectors, top_k, scale)
+        query_vectors = _prepare(query_vectors, query_ids, tokens, "query", top_k, scale)
     example = row_features(query_vectors, 0, names) if query_ids else dict(zip(names[:2], (1.0, 0.5)))
     settings = {"engine": engine, "field_type": field_type, "index": index, "field": field, "top_k": top_k,
                 "quantization_scale": scale, "documents": len(ids), "queries": len(query_ids),

@@ -86,8 +86,8 @@ class SeismicSearcher(Searcher):
             values.append(queries.data[low:high].astype(np.float32))
         results = self.index.batch_search(
             ids, components, values, k=k,
-            query_cut=query_cut or self.params["query_cut"],
-            heap_factor=heap_factor or self.params["heap_factor"],
+            query_cut=self.params["query_cut"] if query_cut is None else query_cut,  # 0 is a value, not unset
+            heap_factor=self.params["heap_factor"] if heap_factor is None else heap_factor,
             num_threads=self.num_threads,
         )
         hits = [(np.empty(0, np.int64), np.empty(0, np.float32))] * queries.shape[0]

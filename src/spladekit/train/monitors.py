@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spladekit.errors import InputError
 from spladekit.files import atomic_file
 
 logger = logging.getLogger("spladekit")
@@ -24,16 +25,24 @@ EVALUATION_FILE = "evaluation.jsonl"  # one object per evaluation: step + the re
 
 
 def read_metrics(output: Path, name: str = METRICS_FILE) -> list[dict]:
-    """The records of ``metrics.jsonl`` (or another JSONL log); a line cut short by a kill is ignored."""
+    """The records of ``metrics.jsonl`` (or another JSONL log).
+
+    Every record is written with its newline in one call, so only a last line without a newline can be
+    a write cut short by a kill; it is ignored. Any other undecodable line is an error: skipping it (or
+    everything after it) would silently drop history that a resume then rewrites without it.
+    """
     path = Path(output) / name
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for number, line in enumerate(lines, start=1):
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+        except json.JSONDecodeError as error:
+            if number == len(lines):  # empty after the final newline, or the cut-short last write
+                break
+            raise InputError(f"not valid JSON ({error.msg})", path, number) from None
     return records
 
 

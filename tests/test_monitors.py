@@ -1,0 +1,45 @@
+"""monitors.py: metrics.jsonl is read strictly, except for a last write cut short by a kill."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spladekit.errors import InputError
+from spladekit.train.monitors import MetricsLog, read_metrics
+
+RECORDS = [{"step": step, "loss": 1.0 / step} for step in (1, 2, 3)]
+
+
+def write_lines(tmp_path, lines: list[str], ending: str = "\n"):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + ending, encoding="utf-8")
+
+
+def test_a_final_line_cut_short_by_a_kill_is_ignored(tmp_path):
+    write_lines(tmp_path, [json.dumps(record) for record in RECORDS] + ['{"step": 4, "lo'], ending="")
+    assert read_metrics(tmp_path) == RECORDS
+    write_lines(tmp_path, [json.dumps(record) for record in RECORDS], ending="")  # killed before the newline
+    assert read_metrics(tmp_path) == RECORDS
+
+
+@pytest.mark.parametrize("ending", ["\n", ""], ids=["complete", "cut-last"])
+def test_a_bad_line_before_the_last_is_refused_with_its_number(tmp_path, ending):
+    lines = [json.dumps(RECORDS[0]), '{"step": 2, "lo', json.dumps(RECORDS[2])]
+    write_lines(tmp_path, lines, ending)
+    with pytest.raises(InputError, match=r"metrics\.jsonl:2: not valid JSON"):
+        read_metrics(tmp_path)
+
+
+def test_a_bad_last_line_with_its_newline_was_written_whole_and_is_refused(tmp_path):
+    write_lines(tmp_path, [json.dumps(RECORDS[0]), "not json"])
+    with pytest.raises(InputError, match=r"metrics\.jsonl:2: not valid JSON"):
+        read_metrics(tmp_path)
+
+
+def test_resume_keeps_the_history_up_to_the_checkpoint(tmp_path):
+    write_lines(tmp_path, [json.dumps(record) for record in RECORDS] + ['{"step": 4, "lo'], ending="")
+    log = MetricsLog(tmp_path, resume_step=2)
+    log.write({"step": 3, "loss": 0.25})
+    log.close()
+    assert read_metrics(tmp_path) == [*RECORDS[:2], {"step": 3, "loss": 0.25}]
