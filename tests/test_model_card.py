@@ -5,6 +5,7 @@ from __future__ import annotations
 from huggingface_hub import ModelCard
 
 from spladekit.encoder import SparseEncoder
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import head_norms, rescale
 from spladekit.model_card import write_model_card
 
@@ -36,13 +37,15 @@ def test_card_with_training_and_evaluation(tiny_model_dirs, tmp_path):
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     initial = head_norms(encoder.model)
     training = {"loss": "infonce", "steps": 200, "lambda_d": 1e-3, "initial_head_norms": initial}
-    evaluation = {"scifact": {"nDCG@10": 0.6112, "RR@10": 0.58}, "cisi": {"nDCG@10": 0.312}}
+    evaluation = [EvaluationResult("scifact", ("nDCG@10", "RR@10"), {"nDCG@10": 0.6112, "RR@10": 0.58},
+                                   efficiency={"flops": 2.5, "avg_q_nnz": 20.0, "avg_d_nnz": 100.0}),
+                  EvaluationResult("cisi", ("nDCG@10",), {"nDCG@10": 0.312})]
     card = write_model_card(tmp_path, encoder, training=training, evaluation=evaluation).read_text()
     assert "| head norm | initial | final |" in card
     assert f"| frobenius_norm | {initial['frobenius_norm']:.4g} | {initial['frobenius_norm']:.4g} |" in card
     assert "| steps | 200 |" in card and "| loss | infonce |" in card and "initial_head_norms" not in card
-    assert "| dataset | RR@10 | nDCG@10 |" in card
-    assert "| scifact | 0.58 | 0.6112 |" in card and "| cisi | — | 0.312 |" in card
+    assert "| dataset | nDCG@10 | RR@10 | flops | avg_q_nnz | avg_d_nnz |" in card
+    assert "| scifact | 0.6112 | 0.58 | 2.5 | 20 | 100 |" in card and "| cisi | 0.312 | — | — | — | — |" in card
 
 
 def test_card_of_a_resaved_model_names_the_original_backbone(tiny_model_dirs, tmp_path):

@@ -1,7 +1,7 @@
 """README.md model card written into every saved model folder.
 
 The card says what the model is (backbone, architecture, head rescaling k and mode, head norms), how it
-was trained and how it scored when the caller knows (``training`` / ``evaluation`` dicts), and how to
+was trained and how it scored when the caller knows (a ``training`` dict, ``evaluation`` results), and how to
 load it with spladekit, sentence-transformers (after ``spladekit export``) and plain transformers. The
 metadata block is written by ``huggingface_hub.ModelCard`` so that the Hub reads it as it writes it.
 """
@@ -9,15 +9,18 @@ metadata block is written by ``huggingface_hub.ModelCard`` so that the Hub reads
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.files import atomic_file
 
 CARD_FILE = "README.md"
 CARD_DATA = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}
 NORM_KEYS = ("frobenius_norm", "mean_row_norm", "max_row_norm")
+CARD_EFFICIENCY = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
 def _number(value) -> str:
@@ -78,12 +81,14 @@ def _training(training: dict | None) -> list[str]:
     return ["", "## Training recipe", "", *_table(["setting", "value"], [[k, v] for k, v in recipe.items()])]
 
 
-def _evaluation(evaluation: dict | None) -> list[str]:
-    """``evaluation``: {dataset: {metric: value}} (one row per dataset)."""
+def _evaluation(evaluation: Sequence[EvaluationResult]) -> list[str]:
+    """One row per evaluated collection: its measures, then FLOPS and average nnz."""
     if not evaluation:
         return []
-    metrics = sorted({metric for scores in evaluation.values() for metric in scores})
-    rows = [[dataset, *(scores.get(metric) for metric in metrics)] for dataset, scores in evaluation.items()]
+    measures = list(dict.fromkeys(measure for result in evaluation for measure in result.measures))
+    metrics = [*measures, *CARD_EFFICIENCY]
+    rows = [[result.name, *(result.metrics.get(m) for m in measures), *(result.efficiency.get(k) for k in CARD_EFFICIENCY)]
+            for result in evaluation]
     return ["", "## Evaluation", "", *_table(["dataset", *metrics], rows)]
 
 
@@ -107,9 +112,9 @@ def _usage(folder: Path) -> list[str]:
     ]
 
 
-def model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: dict | None = None) -> str:
+def model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = ()) -> str:
     """The card text; ``training`` = recipe settings (+ optional ``initial_head_norms``), ``evaluation`` =
-    {dataset: {metric: value}}."""
+    the results to report (one table row each)."""
     folder = Path(folder)
     title = folder.parent.name if folder.name == "model" else folder.name  # a training run's model/
     sections = _overview(encoder, title or str(folder)) + _norms(encoder, training) + _training(training)
@@ -118,7 +123,7 @@ def model_card(folder: str | Path, encoder, training: dict | None = None, evalua
     return str(card)
 
 
-def write_model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: dict | None = None,
+def write_model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = (),
                      name: str | Path | None = None) -> Path:
     """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
     target = Path(folder) / CARD_FILE

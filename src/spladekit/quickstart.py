@@ -100,7 +100,7 @@ def quickstart(
               "steps": steps, "batch_size": resolved.optimization.batch_size, "lr": resolved.optimization.lr,
               "triplets": str(triplets), "rescale_k": run.rescale.k, "rescale_mode": run.rescale.mode}
     write_model_card(run.model, trained, training=recipe | {"initial_head_norms": initial_norms},
-                     evaluation={after.name: after.metrics | {key: after.efficiency[key] for key in SUMMARY_KEYS}})
+                     evaluation=[after])
     table = summary_table(before, after, run.rescale, steps)
     summary = {"backbone": str(backbone), "data": str(data), "split": split, "recommended_k": report.recommended_k,
                "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(run.model),
