@@ -9,9 +9,9 @@ import pytest
 
 from collection_files import DOCS, QRELS, QUERIES, write_beir, write_hf_parquet
 from spladekit.data import SUITES, load_collection, load_suite, read_qrels, reconcile
-from spladekit.run import Run
 from spladekit.data import collections as collections_module
 from spladekit.errors import InputError, SpladekitError
+from spladekit.run import Run
 
 
 def test_beir_folder(tmp_path):

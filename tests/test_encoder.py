@@ -11,7 +11,6 @@ from spladekit import SparseEncoder
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 
-
 def load(directory, arch):
     return SparseEncoder.from_pretrained(directory, trust_remote_code=arch == "gte")
 

@@ -15,8 +15,8 @@ from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
 from spladekit.data import load_collection, reconcile
 from spladekit.errors import SpladekitError
-from spladekit.evaluation_result import EvaluationResult
 from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
+from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import ExactSearcher
 from spladekit.run import Run
 from spladekit.vectors import Vectors

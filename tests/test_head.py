@@ -10,9 +10,8 @@ import torch
 from spladekit import SparseEncoder
 from spladekit.backbone import is_tied, vocab_projection
 from spladekit.errors import SpladekitError
-from spladekit.head import (divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record,
-                            word_position_ratio)
-from tiny_models import ARCHITECTURES, build_tiny_model
+from spladekit.head import divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record, word_position_ratio
+from tiny_models import ARCHITECTURES
 
 TEXTS = ["what is the capital of france", "paris is the capital city of france on the river seine", "a cat"]
 

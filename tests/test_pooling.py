@@ -7,15 +7,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import shared_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import shared_path
 from spladekit import SparseEncoder
 from spladekit.errors import SpladekitError
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from tiny_models import SAMPLE_TEXTS as TEXTS
-
 
 
 def random_inputs(batch=3, length=6, width=4, vocab=23, seed=0, dtype=torch.float64, zero_row=True):

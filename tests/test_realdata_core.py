@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import shared_path
 from spladekit import SparseEncoder
 from spladekit.diagnosis import diagnose
-from conftest import shared_path
 
 pytestmark = pytest.mark.realdata
 

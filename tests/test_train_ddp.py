@@ -10,10 +10,10 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
 from spladekit.train import train
 from spladekit.train.monitors import read_metrics
+from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
 tiny_bert_fixture, triplets_fixture = TINY_BERT, TRIPLETS
 

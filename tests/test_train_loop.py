@@ -15,21 +15,21 @@ import time
 import pytest
 import torch
 import yaml
-from collection_files import write_beir
 from safetensors.torch import load_file
-from tiny_models import build_tiny_model
-from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
 
+from collection_files import write_beir
 from spladekit import SparseEncoder
 from spladekit.backbone import vocab_projection
 from spladekit.data.training import load_training_set
-from spladekit.errors import SpladekitError
 from spladekit.diagnosis import diagnose
+from spladekit.errors import SpladekitError
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.distributed import Processes
 from spladekit.train.loop import encode_examples, forward_backward, objective, parameter_groups
 from spladekit.train.monitors import CollapseDetector, read_metrics
+from tiny_models import build_tiny_model
+from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
 
 LEARN = {"optimization": {"steps": 20, "batch_size": 8, "lr": 3e-3, "warmup_steps": 2}}
 

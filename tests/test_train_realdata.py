@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
-from conftest import shared_path
 
+from conftest import shared_path
 from spladekit import SparseEncoder
 from spladekit.data.training import load_training_set
 from spladekit.train import train

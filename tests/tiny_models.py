@@ -27,11 +27,16 @@ PROJECTION_PATHS = {
 }
 GTE_CODE = Path(__file__).parent / "fixtures" / "gte_standin"
 
-WORDS = """the a an of to in and or is are was be for on with by as at from that this it what how who why
-which capital france paris city river seine vaccine immune system virus vitamin bone pain muscle novel
-written water boils pressure python list light speed plant glucose oxygen price inflation diabetes
-treatment war japan travel spring autumn document query search retrieval sparse dense model train test
-cat dog sat mat quick brown fox jumps over lazy data science protein cell gene study result effect""".split()
+WORDS = [
+    "the", "a", "an", "of", "to", "in", "and", "or", "is", "are", "was", "be", "for", "on", "with", "by", "as",
+    "at", "from", "that", "this", "it", "what", "how", "who", "why", "which", "capital", "france", "paris",
+    "city", "river", "seine", "vaccine", "immune", "system", "virus", "vitamin", "bone", "pain", "muscle",
+    "novel", "written", "water", "boils", "pressure", "python", "list", "light", "speed", "plant", "glucose",
+    "oxygen", "price", "inflation", "diabetes", "treatment", "war", "japan", "travel", "spring", "autumn",
+    "document", "query", "search", "retrieval", "sparse", "dense", "model", "train", "test", "cat", "dog", "sat",
+    "mat", "quick", "brown", "fox", "jumps", "over", "lazy", "data", "science", "protein", "cell", "gene",
+    "study", "result", "effect"
+]
 SUBWORDS = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,?!-")
 VOCAB = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + SUBWORDS))
 MAX_POSITIONS = 128

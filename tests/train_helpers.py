@@ -6,9 +6,9 @@ import random
 from pathlib import Path
 
 import pytest
-from tiny_models import WORDS, build_tiny_model
 
 from spladekit.train.config import config_from_dict
+from tiny_models import WORDS, build_tiny_model
 
 TOPICS = [WORDS[start:start + 6] for start in range(5, 89, 6)]  # 14 disjoint six-word topics
 

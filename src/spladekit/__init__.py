@@ -28,7 +28,10 @@ _LAZY = {
     "EvaluationResult": "spladekit.evaluation_result",
 }
 
-__all__ = ["InputError", "SpladekitError", "__version__", *_LAZY]
+__all__ = [
+    "Backbone", "EvaluationResult", "HeadReport", "InputError", "RescaleRecord", "Run", "SparseEncoder",
+    "SpladekitError", "Vectors", "__version__", "diagnose", "load_backbone", "rescale", "resolve_rescale",
+]
 
 if TYPE_CHECKING:
     from spladekit.backbone import Backbone, load_backbone

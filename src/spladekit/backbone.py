@@ -17,6 +17,7 @@ from torch import nn
 
 from spladekit.errors import SpladekitError
 from spladekit.interop import resolve_model_folder
+from spladekit.sources import is_local_model
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,7 @@ def quiet_transformers():
         transformers.utils.logging.enable_progress_bar()
 
 
-def _looks_local(path_or_id: str) -> bool:
-    return Path(path_or_id).exists() or path_or_id.startswith((".", "/", "~")) or path_or_id.count("/") > 1
-
-
-def _check_local_folder(path: Path) -> None:
+def check_model_folder(path: Path) -> None:
     if not path.exists():
         raise SpladekitError(f"{path}: no such model folder (and not a hub id)")
     if not path.is_dir():
@@ -75,10 +72,10 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
 
     source = str(path_or_id)
     settings = {}
-    if _looks_local(source):
+    if is_local_model(source):
         resolved = resolve_model_folder(Path(source).expanduser())  # sentence-transformers / naver folders
         path, settings = resolved.path, dict(resolved.settings)
-        _check_local_folder(path)
+        check_model_folder(path)
         source = str(path)
     try:
         with quiet_transformers():  # we report the load ourselves, in one line

@@ -53,7 +53,8 @@ def diagnose(
 ) -> None:
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
-    from spladekit.diagnosis import SAMPLE_PAIRS, diagnose as diagnose_head
+    from spladekit.diagnosis import SAMPLE_PAIRS
+    from spladekit.diagnosis import diagnose as diagnose_head
     from spladekit.encoder import SparseEncoder
 
     pairs = SAMPLE_PAIRS

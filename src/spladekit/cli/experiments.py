@@ -6,7 +6,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -21,7 +21,7 @@ def sweep(
     output: Path = typer.Option(..., "--output", "-o", help="Sweep folder (created; re-running resumes it)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate backbones, data and suites and print the plan "
                                  "with an estimated cost; train nothing."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only the runs whose name contains this "
+    only: Optional[list[str]] = typer.Option(None, "--only", help="Run only the runs whose name contains this "
                                              "(repeatable), e.g. --only tiny__k4."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
@@ -29,7 +29,8 @@ def sweep(
     from rich.console import Console
     from rich.table import Table
 
-    from spladekit.experiments.sweep import dry_run as plan_sweep, load_sweep, run_sweep
+    from spladekit.experiments.sweep import dry_run as plan_sweep
+    from spladekit.experiments.sweep import load_sweep, run_sweep
 
     settings = load_sweep(config)
     if dry_run:

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus
 from spladekit.data.trec import Qrels, read_qrels
 from spladekit.errors import InputError, SpladekitError
+from spladekit.sources import is_local
 
 logger = logging.getLogger("spladekit")
 
@@ -176,6 +177,8 @@ def load_collection(spec: str | Path, split: str = "test", name: str | None = No
         raise InputError("not a collection folder: expected corpus.jsonl (BEIR) or corpus/*.parquet (HF)", path)
     if path.exists():
         raise InputError("expected a collection folder, got a file", path)
+    if is_local(spec):
+        raise InputError("no such collection folder", path)
     spec = str(spec)
     if is_hf_dataset_id(spec):
         return load_hf_dataset(spec.removeprefix("hf:"), name or spec.rsplit("/", 1)[-1])

@@ -14,8 +14,8 @@ import io
 import math
 from pathlib import Path
 
-from spladekit.errors import SpladekitError
 from spladekit.data.lines import read_json
+from spladekit.errors import SpladekitError
 from spladekit.experiments.sweep import RUN_FILE, read_evaluation
 from spladekit.files import atomic_file
 from spladekit.train.monitors import read_metrics

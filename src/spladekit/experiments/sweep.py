@@ -35,6 +35,7 @@ from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.files import atomic_file
 from spladekit.head import RESCALE_MODES, parse_k
+from spladekit.sources import is_local, is_local_model
 
 log = logging.getLogger("spladekit")
 
@@ -199,11 +200,11 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from spladekit.backbone import _check_local_folder, _looks_local, vocab_projection
+    from spladekit.backbone import check_model_folder, vocab_projection
 
-    local = _looks_local(spec.id)
+    local = is_local_model(spec.id)
     if local:
-        _check_local_folder(Path(spec.id).expanduser())
+        check_model_folder(Path(spec.id).expanduser())
     try:
         config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
                                             local_files_only=not (local or online))
@@ -218,7 +219,7 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
         not_matmul = {id(p) for module in model.modules() if isinstance(module, torch.nn.Embedding)
                       for p in module.parameters()} | {id(vocab_projection(model).weight)}
         return "ok", sum(p.numel() for p in model.parameters() if id(p) not in not_matmul)
-    except Exception as error:  # noqa: BLE001 - a size estimate must not stop the dry run
+    except Exception as error:
         return f"ok (size unknown: {type(error).__name__})", None
 
 
@@ -242,7 +243,7 @@ def _data_check(sweep: SweepConfig) -> list[str]:
             root = sweep.evaluation.data_root
             if root is not None and not Path(root).is_dir():
                 problems.append(f"evaluation.data_root: {root}: no such folder")
-        elif "/" in item and (item.startswith((".", "/", "~")) or Path(item).exists()):
+        elif is_local(item):
             if not (Path(item) / "corpus.jsonl").is_file():
                 problems.append(f"evaluation.data: {item}: not a BEIR folder (no corpus.jsonl)")
         elif item not in SUITES and "/" not in item:
@@ -274,12 +275,10 @@ def estimate_step_flops(parameters: int, vocab: int, hidden: int, recipe: dict) 
 
 def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
     """Validate everything without training; return the plan with a rough cost estimate."""
-    from spladekit.backbone import _looks_local
-
     problems = _data_check(sweep)
     checks, estimates = {}, {}
     throughput = _machine_flops_per_second() * 0.25  # training reaches a fraction of peak matmul speed
-    online = any(not _looks_local(spec.id) for spec in sweep.backbones) and hub_reachable()
+    online = any(not is_local_model(spec.id) for spec in sweep.backbones) and hub_reachable()
     for spec in sweep.backbones:
         try:
             status, parameters = _backbone_check(spec, online)
