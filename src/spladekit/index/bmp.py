@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from spladekit.errors import InputError, SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.vectors_ops import best_first, quantize
 
 logger = logging.getLogger("spladekit")
 
@@ -60,11 +61,6 @@ def _stderr_silenced():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-
-
-def quantize(values: np.ndarray, scale: float) -> np.ndarray:
-    """``max(1, round(w · scale))`` as int64 (every positive weight stays positive)."""
-    return np.maximum(1, np.rint(values * scale)).astype(np.int64)
 
 
 def overflow_safe_scale(documents: sp.csr_matrix) -> float:
@@ -108,7 +104,7 @@ class BmpSearcher(Searcher):
         if documents.nnz == 0:
             raise SpladekitError("cannot build a BMP index: every document vector is empty")
         params["scale"] = overflow_safe_scale(documents)
-        impacts = quantize(documents.data, params["scale"])
+        impacts = quantize(documents.data, params["scale"], minimum=1, dtype=np.int64)
         staging = tempfile.TemporaryDirectory(prefix="spladekit-bmp-")
         path = Path(staging.name) / INDEX_FILE
         indexer = bmp.Indexer(str(path), bsize=params["bsize"],
@@ -131,13 +127,14 @@ class BmpSearcher(Searcher):
         indices, values = indices[known], values[known]
         if len(indices) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max()).tolist()))
+        query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max(), minimum=1,
+                                                                 dtype=np.int64).tolist()))
         query[SENTINEL] = 1
         docs, scores = self._bmp_search(query, k + 1, alpha, beta)
         real = [i for i, doc in enumerate(docs) if doc.isdigit()]
         rows = np.array([int(docs[i]) for i in real], dtype=np.int64)
         scores = np.array([scores[i] for i in real], dtype=np.float32)
-        order = np.lexsort((rows, -scores))[:k]
+        order = best_first(rows, scores, k)
         return rows[order], scores[order]
 
     def _bmp_search(self, query: dict, k: int, alpha: float, beta: float) -> tuple[list[str], list[float]]:

@@ -17,18 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.vectors_ops import best_first
 
 POSTINGS_FILE = "postings.npz"
-
-
-def top_k(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (row, score) pairs: score descending, then row ascending."""
-    if len(scores) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = scores >= kth
-        rows, scores = rows[keep], scores[keep]
-    order = np.lexsort((rows, -scores))[:k]
-    return rows[order], scores[order]
 
 
 class ExactSearcher(Searcher):
@@ -60,7 +51,9 @@ class ExactSearcher(Searcher):
             scores = (queries[start : start + self.query_batch] @ self.postings).tocsr()
             for i in range(scores.shape[0]):
                 low, high = scores.indptr[i], scores.indptr[i + 1]
-                hits.append(top_k(scores.indices[low:high].astype(np.int64), scores.data[low:high], k))
+                rows, values = scores.indices[low:high].astype(np.int64), scores.data[low:high]
+                order = best_first(rows, values, k)
+                hits.append((rows[order], values[order]))
         return SearchResult.from_hits(hits, k)
 
     def write_files(self, folder: Path) -> None:

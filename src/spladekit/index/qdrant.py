@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.vectors_ops import best_first
 
 DOCUMENTS_FILE = "documents.npz"
 DEFAULT_COLLECTION = "spladekit"
@@ -119,16 +120,22 @@ class QdrantSearcher(Searcher):
         self.client.upload_points(self.collection, points, batch_size=batch_size, wait=True)
 
     # ------------------------------------------------------------------ searching
-    def _query(self, models, queries: sp.csr_matrix, rows: list[int], limit: int) -> list[list[tuple[int, float]]]:
+    def _query(self, models, queries: sp.csr_matrix, rows: list[int],
+               limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row: the hits with a positive score as (document rows, scores), best first."""
         requests = [
             models.QueryRequest(query=_sparse(models, queries, row), using=self.vector_name, limit=limit,
                                 with_payload=False)
             for row in rows
         ]
-        responses = self.client.query_batch_points(self.collection, requests=requests)
-        return [sorted(((int(p.id), float(p.score)) for p in response.points if p.score > 0),
-                       key=lambda hit: (-hit[1], hit[0]))
-                for response in responses]
+        ranked = []
+        for response in self.client.query_batch_points(self.collection, requests=requests):
+            points = [point for point in response.points if point.score > 0]
+            found = np.array([int(point.id) for point in points], dtype=np.int64)
+            scores = np.array([point.score for point in points], dtype=np.float64)
+            order = best_first(found, scores)
+            ranked.append((found[order], scores[order]))
+        return ranked
 
     def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
@@ -141,13 +148,11 @@ class QdrantSearcher(Searcher):
         limit = k
         while pending:
             unresolved = []
-            for row, found in zip(pending, self._query(models, queries, pending, limit)):
+            for row, (found, scores) in zip(pending, self._query(models, queries, pending, limit)):
                 # a full answer whose last score equals the k-th may hide an equal-score lower row
-                if len(found) == limit and found[-1][1] == found[k - 1][1]:
+                if len(found) == limit and scores[-1] == scores[k - 1]:
                     unresolved.append(row)
-                found = found[:k]
-                hits[row] = (np.array([doc for doc, _ in found], dtype=np.int64),
-                             np.array([score for _, score in found], dtype=np.float32))
+                hits[row] = (found[:k], scores[:k].astype(np.float32))
             pending, limit = unresolved, limit * 2
         return SearchResult.from_hits(hits, k)
 

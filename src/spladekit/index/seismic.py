@@ -21,6 +21,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import InputError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.vectors_ops import best_first
 
 INDEX_PREFIX = "seismic"
 INDEX_FILE = f"{INDEX_PREFIX}.index.seismic"
@@ -96,7 +97,7 @@ class SeismicSearcher(Searcher):
                 continue
             rows = np.array([int(doc) for _, _, doc in found], dtype=np.int64)
             scores = np.array([score for _, score, _ in found], dtype=np.float32)
-            order = np.lexsort((rows, -scores))
+            order = best_first(rows, scores)
             hits[int(found[0][0])] = (rows[order], scores[order])
         return SearchResult.from_hits(hits, k)
 
