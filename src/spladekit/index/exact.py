@@ -17,34 +17,37 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.params import Param
 from spladekit.vectors_ops import best_first
 
 POSTINGS_FILE = "postings.npz"
 
 
 class ExactSearcher(Searcher):
-    """Exact inner-product top-k (the reference every approximate backend is measured against).
-
-    ``query_batch``: queries scored per sparse product; bounds the memory of the score matrix.
-    """
+    """Exact inner-product top-k (the reference every approximate backend is measured against)."""
 
     name = "exact"
-    build_params = ("query_batch",)
-    search_params = ()
+    summary = "inverted index, exact top-k"
+    declared_params = (
+        Param("query_batch", int, 64, "queries scored per sparse product (bounds the score matrix's memory)",
+              minimum=1),
+    )
 
-    def __init__(self, postings: sp.csr_matrix, query_batch: int = 64):
+    def __init__(self, postings: sp.csr_matrix, params: dict):
         self.postings = postings
         self.vocab_size, self.n_docs = postings.shape
-        self.params = {"query_batch": query_batch}
-        self.query_batch = query_batch
+        self.params = params
+        self.query_batch = params["query_batch"]
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, query_batch: int = 64) -> ExactSearcher:
+    def build(cls, documents: sp.csr_matrix, **params) -> ExactSearcher:
+        params = cls.defaults() | cls.check_params(params)
         postings = check_documents(documents).T.tocsr()
         postings.sort_indices()
-        return cls(postings, query_batch=query_batch)
+        return cls(postings, params)
 
-    def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+        self.check_params(params, "search")  # exact search has no parameters: refuse any, clearly
         queries = self.check_queries(queries)
         hits = []
         for start in range(0, queries.shape[0], self.query_batch):
@@ -62,4 +65,4 @@ class ExactSearcher(Searcher):
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> ExactSearcher:
         postings = sp.load_npz(folder / POSTINGS_FILE).tocsr()
-        return cls(postings, **manifest["params"])
+        return cls(postings, cls.defaults() | manifest["params"])
