@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -74,16 +72,17 @@ def test_bmp_refuses_vocabularies_over_65535():
 
 
 def test_bmp_quantization_is_8_bit_and_overflow_safe():
-    from spladekit.index.bmp import overflow_safe_scale, quantize
+    from spladekit.index.bmp import overflow_safe_scale
+    from spladekit.vectors_ops import quantize
 
     values = np.array([0.001, 0.5, 1.0, 2.0], dtype=np.float32)
-    assert quantize(values, 255 / 2.0).tolist() == [1, 64, 128, 255]
+    assert quantize(values, 255 / 2.0, minimum=1, dtype=np.int64).tolist() == [1, 64, 128, 255]
     light = sp.csr_matrix(np.array([[2.0, 0.5, 0], [0, 1.0, 1.0]], dtype=np.float32))
     assert overflow_safe_scale(light) == pytest.approx(255 / 2.0)  # 8 bits bind
     heavy = sp.csr_matrix(np.full((2, 400), 2.0, dtype=np.float32))  # L1 = 800: 16-bit scores bind
     scale = overflow_safe_scale(heavy)
     assert scale == pytest.approx((2047 - 400) / 800)
-    assert quantize(heavy.data, scale).reshape(2, 400).sum(axis=1).max() * 32 <= 65_535
+    assert quantize(heavy.data, scale, minimum=1).reshape(2, 400).sum(axis=1).max() * 32 <= 65_535
 
 
 def test_bmp_long_queries_do_not_overflow():
@@ -110,15 +109,3 @@ def test_bmp_survives_a_query_whose_blocks_all_tie():
     documents = sp.csr_matrix(np.ones((100, 3), dtype=np.float32))
     result = BmpSearcher.build(documents).search(sp.csr_matrix(np.array([[1.0, 0, 0]], dtype=np.float32)), k=10)
     assert result.doc_indices[0].tolist() == list(range(10))
-
-
-def test_seismic_explicit_zero_search_parameters_reach_the_backend(collection):
-    """0 is a value, not "unset": heap_factor=0 (skip no block) must not become the default 0.7."""
-    searcher = SeismicSearcher.build(collection[0][:200], heap_factor=0.5)
-    backend, calls = searcher.index, []
-    searcher.index = SimpleNamespace(batch_search=lambda *args, **kwargs: calls.append(kwargs) or
-                                     backend.batch_search(*args, **kwargs))
-    queries = collection[1][:3]
-    searcher.search(queries, k=5, heap_factor=0.0, query_cut=0)
-    searcher.search(queries, k=5)
-    assert [(call["heap_factor"], call["query_cut"]) for call in calls] == [(0.0, 0), (0.5, 20)]

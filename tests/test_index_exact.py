@@ -13,7 +13,7 @@ from hypothesis.extra.numpy import arrays
 
 from spladekit.errors import SpladekitError
 from spladekit.index import ExactSearcher, SeismicSearcher, build_index, load_index
-from spladekit.index.exact import top_k
+from spladekit.vectors_ops import best_first
 from synthetic_sparse import zipf_matrix
 
 
@@ -62,10 +62,20 @@ def test_exact_matches_scipy_product_on_zipf_data():
         np.testing.assert_array_equal(result.doc_indices[i], expected)
 
 
-def test_top_k_breaks_ties_by_row_even_at_the_cut():
-    rows = np.array([9, 4, 7, 1, 3])
-    rows_out, scores_out = top_k(rows, np.array([1.0, 2.0, 1.0, 1.0, 0.5], dtype=np.float32), k=3)
-    assert rows_out.tolist() == [4, 1, 7] and scores_out.tolist() == [2.0, 1.0, 1.0]
+def test_best_first_breaks_ties_by_row_even_at_the_cut():
+    rows, scores = np.array([9, 4, 7, 1, 3]), np.array([1.0, 2.0, 1.0, 1.0, 0.5], dtype=np.float32)
+    order = best_first(rows, scores, k=3)
+    assert rows[order].tolist() == [4, 1, 7] and scores[order].tolist() == [2.0, 1.0, 1.0]
+    assert rows[best_first(rows, scores)].tolist() == [4, 1, 7, 9, 3]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=1, max_size=20), st.integers(1, 25))
+def test_best_first_equals_a_full_sort_by_score_then_key(values, k):
+    """The partition shortcut above k entries gives exactly the first k of the full (-score, key) order."""
+    scores = np.array(values, dtype=np.float32)
+    keys = np.random.default_rng(len(values)).permutation(len(values))
+    np.testing.assert_array_equal(best_first(keys, scores, k), np.lexsort((keys, -scores))[:k])
 
 
 def test_negative_weights_and_vocabulary_mismatch_are_refused():

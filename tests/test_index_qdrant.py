@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import shared_path
 
+from conftest import shared_path
 from spladekit.errors import SpladekitError
 from spladekit.index.store import read_manifest
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Optional
@@ -12,27 +11,39 @@ import typer
 from spladekit.cli.app import app, emit
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
 from spladekit.errors import SpladekitError
-
-BACKEND = typer.Option("exact", help="exact (inverted index, exact top-k), seismic (approximate), bmp "
-                       "(block-max pruning, 8-bit impacts, vocabulary <= 65,535) or qdrant (embedded, exact).")
-PARAMS = typer.Option(
-    [], "--param", help="Backend parameter NAME=VALUE, repeatable. seismic: n_postings, centroid_fraction, "
-    "min_cluster_size, summary_energy, max_fraction, doc_cut (build), query_cut, heap_factor (search); "
-    "bmp: bsize, compress_range (build), alpha, beta (search); exact: query_batch.",
-)
+from spladekit.index import BACKENDS, backend_class
 
 
-def parse_params(pairs: list[str]) -> dict:
-    """``["n_postings=2000", "heap_factor=0.8"]`` → ``{"n_postings": 2000, "heap_factor": 0.8}``."""
+def backend_help() -> str:
+    """``--backend`` help, from the registry: every backend with its one-line summary."""
+    return "Search backend: " + "; ".join(f"{name} ({searcher.summary})" for name, searcher in BACKENDS.items()) + "."
+
+
+def params_help(role: str) -> str:
+    """``--param`` help, from the declarations: every backend's parameters that ``role`` accepts (build: all,
+    search ones included as the index's defaults; search: the search ones), with allowed values and default."""
+    lines = []
+    for name, searcher in BACKENDS.items():
+        params = [param for param in searcher.declared_params if role == "build" or param.role == "search"]
+        lines.append(f"{name}: " + ("; ".join(param.describe() for param in params) or "no parameters") + ".")
+    intro = {"build": "Backend parameter NAME=VALUE, repeatable (search parameters set the index's defaults).",
+             "search": "Search parameter NAME=VALUE, repeatable (default: the index's)."}[role]
+    return "\n\n".join([intro, *lines])  # typer keeps a paragraph break as a line break
+
+
+BACKEND = typer.Option("exact", help=backend_help())
+BUILD_PARAMS = typer.Option([], "--param", help=params_help("build"))
+
+
+def parse_params(pairs: list[str]) -> dict[str, str]:
+    """``["n_postings=2000", "heap_factor=0.8"]`` → ``{"n_postings": "2000", "heap_factor": "0.8"}``: values stay
+    strings; the backend's declarations type and check them (``Searcher.check_params``)."""
     params = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise SpladekitError(f"--param expects NAME=VALUE, got {pair!r}")
-        try:
-            params[name] = json.loads(value)
-        except json.JSONDecodeError:
-            params[name] = value
+        params[name] = value
     return params
 
 
@@ -42,19 +53,20 @@ def index(
     output: Path = typer.Option(..., "--output", "-o", help="Index folder to write (manifest.json with format "
                                 "version and sha256 per file, backend files, ids.json). Written atomically."),
     backend: str = BACKEND,
-    param: list[str] = PARAMS,
+    param: list[str] = BUILD_PARAMS,
     overwrite: bool = typer.Option(False, help="Replace an existing index folder."),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
     from spladekit.files import check_new_output
-    from spladekit.index import build_index
     from spladekit.vectors import Vectors
 
+    searcher_class = backend_class(backend)
+    params = searcher_class.check_params(parse_params(param))  # before reading the vectors
     check_new_output(output, overwrite)
     documents = Vectors.load(vectors)
     started = time.perf_counter()
-    searcher = build_index(documents.matrix, backend, **parse_params(param))
+    searcher = searcher_class.build(documents.matrix, **params)
     seconds = time.perf_counter() - started
     searcher.doc_ids = documents.ids
     searcher.save(output, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
@@ -75,8 +87,7 @@ def search(
     k: int = typer.Option(1000, min=1, help="Documents per query."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's)."),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
-    param: list[str] = typer.Option([], "--param", help="Search parameter NAME=VALUE, repeatable "
-                                    "(seismic: query_cut, heap_factor; bmp: alpha, beta)."),
+    param: list[str] = typer.Option([], "--param", help=params_help("search")),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -89,6 +100,7 @@ def search(
     searcher = load_index(index_dir)
     if searcher.doc_ids is None:
         raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
+    params = searcher.check_params(parse_params(param), "search")  # before encoding the queries
     if query_vectors is not None:
         encoded = Vectors.load(query_vectors)
         vectors, query_ids = encoded.matrix, encoded.ids
@@ -105,7 +117,6 @@ def search(
     else:
         raise SpladekitError("give --queries and --model, or --query-vectors")
     started = time.perf_counter()
-    params = searcher.check_params(parse_params(param), searcher.search_params)
     result = searcher.search(vectors, k=k, **params)
     seconds = time.perf_counter() - started
     Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
@@ -128,7 +139,7 @@ def evaluate(
     data_root: Optional[Path] = typer.Option(None, help="For suites: read every member from DATA_ROOT/<name>/ "
                                              "instead of downloading (names: see docs/evaluation.md)."),
     backend: str = BACKEND,
-    param: list[str] = PARAMS,
+    param: list[str] = BUILD_PARAMS,
     k: int = typer.Option(1000, min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents and queries "
                                              "(default: the model's, else 256)."),
@@ -144,8 +155,9 @@ def evaluate(
     from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data, results_table
 
+    backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
     encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
     result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=run_dir, backend=backend,
-                           backend_params=parse_params(param), k=k, max_length=max_length,
+                           backend_params=backend_params, k=k, max_length=max_length,
                            batch_size=batch_size, cache=cache)
     emit({"model": model, **result.to_dict()}, as_json, output, results_table(result))

@@ -1,8 +1,10 @@
 """Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, qdrant."""
 
+from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult
 from spladekit.index.bmp import BmpSearcher
 from spladekit.index.exact import ExactSearcher
+from spladekit.index.params import Param
 from spladekit.index.qdrant import QdrantSearcher
 from spladekit.index.seismic import SeismicSearcher
 from spladekit.index.store import read_index as load_index
@@ -12,15 +14,19 @@ BACKENDS: dict[str, type[Searcher]] = {
 }
 
 
-def build_index(documents, backend: str = "exact", **params) -> Searcher:
-    """Build the named backend over a CSR document matrix (n_docs × V)."""
-    from spladekit.errors import SpladekitError
-
+def backend_class(backend: str) -> type[Searcher]:
+    """The searcher registered as ``backend``, or a SpladekitError listing the choices."""
     if backend not in BACKENDS:
         raise SpladekitError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    searcher = BACKENDS[backend]
-    return searcher.build(documents, **searcher.check_params(params, searcher.build_params))
+    return BACKENDS[backend]
 
 
-__all__ = ["BACKENDS", "BmpSearcher", "ExactSearcher", "QdrantSearcher", "SearchResult", "Searcher",
-           "SeismicSearcher", "build_index", "load_index"]
+def build_index(documents, backend: str = "exact", **params) -> Searcher:
+    """Build the named backend over a CSR document matrix (n_docs × V). ``params``: the backend's declared
+    parameters, typed or as strings (``"64"``, ``"true"``); checked before any work, unset ones default."""
+    searcher = backend_class(backend)
+    return searcher.build(documents, **searcher.check_params(params))
+
+
+__all__ = ["BACKENDS", "BmpSearcher", "ExactSearcher", "Param", "QdrantSearcher", "SearchResult", "Searcher",
+           "SeismicSearcher", "backend_class", "build_index", "load_index"]

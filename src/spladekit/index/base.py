@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
+from spladekit.index.params import Param, check_values
 
 
 @dataclass
@@ -45,8 +46,8 @@ class Searcher(abc.ABC):
     """
 
     name: str
-    build_params: tuple[str, ...] = ()  # keyword parameters ``build`` accepts
-    search_params: tuple[str, ...] = ()  # keyword parameters ``search`` accepts besides ``k``
+    summary: str  # one line for the CLI help
+    declared_params: tuple[Param, ...] = ()  # what ``build`` (all) and ``search`` (role "search") accept
     vocab_size: int
     n_docs: int
     params: dict
@@ -57,15 +58,16 @@ class Searcher(abc.ABC):
     def build(cls, documents: sp.csr_matrix, **params) -> Searcher: ...
 
     @abc.abstractmethod
-    def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult: ...
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+        """Top-k per query; ``params``: the backend's search parameters (default: the index's)."""
 
     def search_batches(self, queries: sp.csr_matrix, k: int = 10, batch_size: int = 256,
-                       show_progress: bool = True) -> SearchResult:
+                       show_progress: bool = True, **params) -> SearchResult:
         """``search`` over consecutive query batches, with a progress bar (long runs: MS MARCO dev)."""
         from tqdm.auto import tqdm
 
         parts = [
-            self.search(queries[start : start + batch_size], k=k)
+            self.search(queries[start : start + batch_size], k=k, **params)
             for start in tqdm(range(0, queries.shape[0], batch_size), desc=f"{self.name} search", unit="batch",
                               disable=not show_progress, leave=False)
         ]
@@ -98,12 +100,22 @@ class Searcher(abc.ABC):
         return searcher
 
     @classmethod
-    def check_params(cls, params: dict, accepted: tuple[str, ...]) -> dict:
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            raise SpladekitError(f"{cls.name} does not take {', '.join(unknown)}; it takes: "
-                                 f"{', '.join(accepted) or 'no parameters'}")
-        return params
+    def check_params(cls, values: dict, role: str = "build") -> dict:
+        """``values`` (strings from the command line or Python values) typed and checked against the
+        declarations; SpladekitError (one line) for an unknown name or a value out of range."""
+        return check_values(cls.name, cls.declared_params, values, role)
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """The declared default of every parameter (search ones included: they become the index's)."""
+        return {param.name: param.default for param in cls.declared_params}
+
+    def search_settings(self, values: dict) -> dict:
+        """The index's search parameters (declared defaults for any it predates), overridden by the checked
+        ``values`` of this search."""
+        saved = {param.name: self.params.get(param.name, param.default)
+                 for param in self.declared_params if param.role == "search"}
+        return saved | self.check_params(values, "search")
 
     def check_queries(self, queries: sp.csr_matrix) -> sp.csr_matrix:
         """Refuse queries from another vocabulary or with negative weights; return them as sorted float32 CSR."""

@@ -9,9 +9,9 @@ a few hundred active terms do reach it). A document weight w therefore becomes
 query can overflow (``w_max``, ``nnz_max``, ``L1_max``: largest weight, active terms and L1 norm of
 any document). Returned scores are on BMP's integer scale, comparable within a query only. BMP stores
 term ids in 16 bits, so vocabularies above 65,535 terms are refused, and documents with 2,047 or more
-active terms cannot be made overflow-safe (refused too). Search parameters: ``alpha`` (block
-termination: stop when the best remaining block bound is below ``alpha`` × the k-th score; 1.0 =
-safe) and ``beta`` (fraction of the query terms kept, heaviest first; 1.0 = all).
+active terms cannot be made overflow-safe (refused too). Parameters: see ``BmpSearcher.declared_params``;
+``bsize`` is at most 256 because BMP stores a document's position within its block in 8 bits (larger
+blocks silently score the wrong documents).
 
 Sentinel: bmp 0.2.8 visits candidate blocks by decreasing upper bound but never scores the last one
 (with a single candidate block, e.g. a collection smaller than ``bsize``, a query gets no results). We
@@ -36,6 +36,8 @@ from tqdm.auto import tqdm
 
 from spladekit.errors import InputError, SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.params import Param
+from spladekit.vectors_ops import best_first, quantize
 
 logger = logging.getLogger("spladekit")
 
@@ -45,8 +47,15 @@ LEVELS = 255
 QUERY_MAX = 32  # bmp rescales each query so that its largest weight is 32
 SCORE_MAX = 65_535  # bmp keeps scores in 16 bits
 SENTINEL = "sentinel"
-BUILD_DEFAULTS = {"bsize": 32, "compress_range": False}
-SEARCH_DEFAULTS = {"alpha": 1.0, "beta": 1.0}
+PARAMS = (
+    Param("bsize", int, 32, "documents per block (BMP keeps a document's position in its block in 8 bits)",
+          minimum=1, maximum=256),
+    Param("compress_range", bool, False, "store the block upper bounds compressed (smaller index)"),
+    Param("alpha", float, 1.0, "stop when the k-th score exceeds alpha x the best remaining block bound "
+          "(1: safe; smaller: faster, approximate)", role="search", minimum=0, exclusive_minimum=True, maximum=1),
+    Param("beta", float, 1.0, "fraction of the query terms kept, heaviest first (1: all)", role="search",
+          minimum=0, exclusive_minimum=True, maximum=1),
+)
 
 
 @contextlib.contextmanager
@@ -62,11 +71,6 @@ def _stderr_silenced():
             os.close(saved)
 
 
-def quantize(values: np.ndarray, scale: float) -> np.ndarray:
-    """``max(1, round(w · scale))`` as int64 (every positive weight stays positive)."""
-    return np.maximum(1, np.rint(values * scale)).astype(np.int64)
-
-
 def overflow_safe_scale(documents: sp.csr_matrix) -> float:
     """``min(255 / w_max, (2047 − nnz_max) / L1_max)``: 8 bits, and no query score above 65,535."""
     budget = SCORE_MAX // QUERY_MAX - int(np.diff(documents.indptr).max())
@@ -79,8 +83,8 @@ def overflow_safe_scale(documents: sp.csr_matrix) -> float:
 
 class BmpSearcher(Searcher):
     name = "bmp"
-    build_params = (*BUILD_DEFAULTS, *SEARCH_DEFAULTS)
-    search_params = tuple(SEARCH_DEFAULTS)
+    summary = "block-max pruning, 8-bit impacts, vocabulary <= 65,535"
+    declared_params = PARAMS
 
     def __init__(self, path: Path, vocab_size: int, n_docs: int, params: dict, terms: np.ndarray,
                  staging: tempfile.TemporaryDirectory | None = None):
@@ -98,17 +102,17 @@ class BmpSearcher(Searcher):
     def build(cls, documents: sp.csr_matrix, show_progress: bool = False, **params) -> BmpSearcher:
         import bmp
 
+        params = cls.defaults() | cls.check_params(params)
         if documents.shape[1] > MAX_VOCAB:
             raise SpladekitError(
                 f"BMP stores term ids in 16 bits: a vocabulary of {documents.shape[1]:,} terms is over "
                 f"{MAX_VOCAB:,}; use the exact or seismic backend"
             )
-        params = BUILD_DEFAULTS | SEARCH_DEFAULTS | params
         documents = check_documents(documents)
         if documents.nnz == 0:
             raise SpladekitError("cannot build a BMP index: every document vector is empty")
         params["scale"] = overflow_safe_scale(documents)
-        impacts = quantize(documents.data, params["scale"])
+        impacts = quantize(documents.data, params["scale"], minimum=1, dtype=np.int64)
         staging = tempfile.TemporaryDirectory(prefix="spladekit-bmp-")
         path = Path(staging.name) / INDEX_FILE
         indexer = bmp.Indexer(str(path), bsize=params["bsize"],
@@ -131,13 +135,14 @@ class BmpSearcher(Searcher):
         indices, values = indices[known], values[known]
         if len(indices) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max()).tolist()))
+        query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max(), minimum=1,
+                                                                 dtype=np.int64).tolist()))
         query[SENTINEL] = 1
         docs, scores = self._bmp_search(query, k + 1, alpha, beta)
         real = [i for i, doc in enumerate(docs) if doc.isdigit()]
         rows = np.array([int(docs[i]) for i in real], dtype=np.int64)
         scores = np.array([scores[i] for i in real], dtype=np.float32)
-        order = np.lexsort((rows, -scores))[:k]
+        order = best_first(rows, scores, k)
         return rows[order], scores[order]
 
     def _bmp_search(self, query: dict, k: int, alpha: float, beta: float) -> tuple[list[str], list[float]]:
@@ -158,14 +163,14 @@ class BmpSearcher(Searcher):
                     return [], []
                 wanted *= 2
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, alpha: float | None = None,
-               beta: float | None = None) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+        """``params``: alpha, beta (default: the index's)."""
+        settings = self.search_settings(params)
         queries = self.check_queries(queries)
-        alpha = self.params["alpha"] if alpha is None else alpha
-        beta = self.params["beta"] if beta is None else beta
         hits = [
             self._search_one(queries.indices[queries.indptr[i]: queries.indptr[i + 1]],
-                             queries.data[queries.indptr[i]: queries.indptr[i + 1]], k, alpha, beta)
+                             queries.data[queries.indptr[i]: queries.indptr[i + 1]], k, settings["alpha"],
+                             settings["beta"])
             for i in range(queries.shape[0])
         ]
         return SearchResult.from_hits(hits, k)

@@ -17,50 +17,46 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.params import Param
+from spladekit.vectors_ops import best_first
 
 POSTINGS_FILE = "postings.npz"
 
 
-def top_k(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (row, score) pairs: score descending, then row ascending."""
-    if len(scores) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        keep = scores >= kth
-        rows, scores = rows[keep], scores[keep]
-    order = np.lexsort((rows, -scores))[:k]
-    return rows[order], scores[order]
-
-
 class ExactSearcher(Searcher):
-    """Exact inner-product top-k (the reference every approximate backend is measured against).
-
-    ``query_batch``: queries scored per sparse product; bounds the memory of the score matrix.
-    """
+    """Exact inner-product top-k (the reference every approximate backend is measured against)."""
 
     name = "exact"
-    build_params = ("query_batch",)
-    search_params = ()
+    summary = "inverted index, exact top-k"
+    declared_params = (
+        Param("query_batch", int, 64, "queries scored per sparse product (bounds the score matrix's memory)",
+              minimum=1),
+    )
 
-    def __init__(self, postings: sp.csr_matrix, query_batch: int = 64):
+    def __init__(self, postings: sp.csr_matrix, params: dict):
         self.postings = postings
         self.vocab_size, self.n_docs = postings.shape
-        self.params = {"query_batch": query_batch}
-        self.query_batch = query_batch
+        self.params = params
+        self.query_batch = params["query_batch"]
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, query_batch: int = 64) -> ExactSearcher:
+    def build(cls, documents: sp.csr_matrix, **params) -> ExactSearcher:
+        params = cls.defaults() | cls.check_params(params)
         postings = check_documents(documents).T.tocsr()
         postings.sort_indices()
-        return cls(postings, query_batch=query_batch)
+        return cls(postings, params)
 
-    def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+        self.check_params(params, "search")  # exact search has no parameters: refuse any, clearly
         queries = self.check_queries(queries)
         hits = []
         for start in range(0, queries.shape[0], self.query_batch):
             scores = (queries[start : start + self.query_batch] @ self.postings).tocsr()
             for i in range(scores.shape[0]):
                 low, high = scores.indptr[i], scores.indptr[i + 1]
-                hits.append(top_k(scores.indices[low:high].astype(np.int64), scores.data[low:high], k))
+                rows, values = scores.indices[low:high].astype(np.int64), scores.data[low:high]
+                order = best_first(rows, values, k)
+                hits.append((rows[order], values[order]))
         return SearchResult.from_hits(hits, k)
 
     def write_files(self, folder: Path) -> None:
@@ -69,4 +65,4 @@ class ExactSearcher(Searcher):
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> ExactSearcher:
         postings = sp.load_npz(folder / POSTINGS_FILE).tocsr()
-        return cls(postings, **manifest["params"])
+        return cls(postings, cls.defaults() | manifest["params"])

@@ -24,6 +24,8 @@ import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.params import Param
+from spladekit.vectors_ops import best_first
 
 DOCUMENTS_FILE = "documents.npz"
 DEFAULT_COLLECTION = "spladekit"
@@ -58,13 +60,21 @@ class QdrantSearcher(Searcher):
     """A Qdrant collection with one named sparse vector per document (point id = document row)."""
 
     name = "qdrant"
+    summary = "Qdrant collection, exact top-k; embedded in memory unless url is set"
+    declared_params = (
+        Param("collection", str, DEFAULT_COLLECTION, "Qdrant collection to create"),
+        Param("vector_name", str, DEFAULT_VECTOR, "name of the sparse vector of each point"),
+        Param("url", str, None, f"Qdrant server or cluster (API key: ${API_KEY_VARIABLE}); unset: embedded in "
+              "memory"),
+        Param("batch_size", int, 256, "points per upload request", minimum=1),
+        Param("recreate", bool, False, "replace an existing collection of that name"),
+    )
 
-    def __init__(self, client, vocab_size: int, n_docs: int, collection: str = DEFAULT_COLLECTION,
-                 vector_name: str = DEFAULT_VECTOR, url: str | None = None, documents: sp.csr_matrix | None = None):
+    def __init__(self, client, vocab_size: int, n_docs: int, params: dict, documents: sp.csr_matrix | None = None):
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
-        self.collection, self.vector_name, self.url = collection, vector_name, url
-        self.params = {"collection": collection, "vector_name": vector_name, "url": url}
+        self.collection, self.vector_name, self.url = params["collection"], params["vector_name"], params["url"]
+        self.params = params
         self.documents = documents  # kept in local mode only, to save the index without Qdrant's pickles
 
     # ------------------------------------------------------------------ building
@@ -73,25 +83,23 @@ class QdrantSearcher(Searcher):
         cls,
         documents: sp.csr_matrix,
         doc_ids: list[str] | None = None,
-        url: str | None = None,
         api_key: str | None = None,
         path: str | Path | None = None,
-        collection: str = DEFAULT_COLLECTION,
-        vector_name: str = DEFAULT_VECTOR,
-        batch_size: int = 256,
-        recreate: bool = False,
+        **params,
     ) -> QdrantSearcher:
         """Upload ``documents`` (CSR, n × V) into ``collection``: on the server at ``url``, in qdrant-client's
         local storage at ``path``, else embedded in memory. ``recreate`` replaces an existing collection."""
+        params = cls.defaults() | cls.check_params(params)
         documents = check_documents(documents)
         documents.sort_indices()  # qdrant-client's local mode requires sorted sparse indices
         if doc_ids is not None and len(doc_ids) != documents.shape[0]:
             raise SpladekitError(f"{documents.shape[0]} document vectors but {len(doc_ids)} ids")
-        searcher = cls(connect(url, api_key, path), documents.shape[1], documents.shape[0], collection, vector_name,
-                       url, documents=None if url is not None else documents)
+        url = params["url"]
+        searcher = cls(connect(url, api_key, path), documents.shape[1], documents.shape[0], params,
+                       documents=None if url is not None else documents)
         searcher.doc_ids = doc_ids
-        searcher._create_collection(recreate)
-        searcher._upload(documents, batch_size)
+        searcher._create_collection(params["recreate"])
+        searcher._upload(documents, params["batch_size"])
         return searcher
 
     def _create_collection(self, recreate: bool) -> None:
@@ -119,19 +127,26 @@ class QdrantSearcher(Searcher):
         self.client.upload_points(self.collection, points, batch_size=batch_size, wait=True)
 
     # ------------------------------------------------------------------ searching
-    def _query(self, models, queries: sp.csr_matrix, rows: list[int], limit: int) -> list[list[tuple[int, float]]]:
+    def _query(self, models, queries: sp.csr_matrix, rows: list[int],
+               limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row: the hits with a positive score as (document rows, scores), best first."""
         requests = [
             models.QueryRequest(query=_sparse(models, queries, row), using=self.vector_name, limit=limit,
                                 with_payload=False)
             for row in rows
         ]
-        responses = self.client.query_batch_points(self.collection, requests=requests)
-        return [sorted(((int(p.id), float(p.score)) for p in response.points if p.score > 0),
-                       key=lambda hit: (-hit[1], hit[0]))
-                for response in responses]
+        ranked = []
+        for response in self.client.query_batch_points(self.collection, requests=requests):
+            points = [point for point in response.points if point.score > 0]
+            found = np.array([int(point.id) for point in points], dtype=np.int64)
+            scores = np.array([point.score for point in points], dtype=np.float64)
+            order = best_first(found, scores)
+            ranked.append((found[order], scores[order]))
+        return ranked
 
-    def search(self, queries: sp.csr_matrix, k: int = 10) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
+        self.check_params(params, "search")  # Qdrant's exact search has no parameters: refuse any, clearly
         if k < 1:
             raise SpladekitError(f"k must be >= 1, got {k}")
         models = _qdrant().models
@@ -141,13 +156,11 @@ class QdrantSearcher(Searcher):
         limit = k
         while pending:
             unresolved = []
-            for row, found in zip(pending, self._query(models, queries, pending, limit)):
+            for row, (found, scores) in zip(pending, self._query(models, queries, pending, limit)):
                 # a full answer whose last score equals the k-th may hide an equal-score lower row
-                if len(found) == limit and found[-1][1] == found[k - 1][1]:
+                if len(found) == limit and scores[-1] == scores[k - 1]:
                     unresolved.append(row)
-                found = found[:k]
-                hits[row] = (np.array([doc for doc, _ in found], dtype=np.int64),
-                             np.array([score for _, score in found], dtype=np.float32))
+                hits[row] = (found[:k], scores[:k].astype(np.float32))
             pending, limit = unresolved, limit * 2
         return SearchResult.from_hits(hits, k)
 
@@ -159,12 +172,12 @@ class QdrantSearcher(Searcher):
 
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> QdrantSearcher:
-        params = manifest["params"]
-        if params.get("url"):
+        params = cls.defaults() | manifest["params"]
+        if params["url"]:
             client = connect(params["url"])
             if not client.collection_exists(params["collection"]):
                 raise SpladekitError(f"{params['url']}: Qdrant collection {params['collection']!r} not found")
-            return cls(client, manifest["vocab_size"], manifest["n_docs"], **params)
+            return cls(client, manifest["vocab_size"], manifest["n_docs"], params)
         documents = sp.load_npz(folder / DOCUMENTS_FILE).tocsr()
         return cls.build(documents, collection=params["collection"], vector_name=params["vector_name"])
 

@@ -1,12 +1,11 @@
 """Approximate search with Seismic (``pyseismic-lsr``): pruned, clustered posting lists with summaries.
 
-Build parameters (Seismic's own names and defaults): ``n_postings`` (posting-list length kept per term
-on average; the index is exact-ish when it exceeds the collection size), ``centroid_fraction`` (blocks
-per list as a fraction of its length), ``min_cluster_size``, ``summary_energy`` (fraction of a block's
-L1 mass its summary keeps), ``max_fraction``, ``doc_cut``. Search parameters: ``query_cut`` (only the
-heaviest query terms are used), ``heap_factor`` (a block is skipped when its summary score is below
-``heap_factor`` × the current k-th score; 1.0 = least pruning). Documents are added by integer
-component id, so term v is Seismic component ``"v"`` and document row r is id ``"r"``.
+Parameters (Seismic's own names and defaults; declared in ``SeismicSearcher.declared_params``): the build
+ones prune each posting list to about ``n_postings`` entries, split it into blocks and keep a summary of
+each block; the search ones visit the posting lists of the ``query_cut`` heaviest query terms and skip a
+block whose summary score is below ``heap_factor`` × the current k-th score (smaller: less pruning).
+Documents are added by integer component id, so term v is Seismic component ``"v"`` and document row r is
+id ``"r"``.
 """
 
 from __future__ import annotations
@@ -21,12 +20,27 @@ import scipy.sparse as sp
 
 from spladekit.errors import InputError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.params import Param
+from spladekit.vectors_ops import best_first
 
 INDEX_PREFIX = "seismic"
 INDEX_FILE = f"{INDEX_PREFIX}.index.seismic"
-BUILD_DEFAULTS = {"n_postings": 3500, "centroid_fraction": 0.1, "min_cluster_size": 2,
-                  "summary_energy": 0.4, "max_fraction": 1.5, "doc_cut": 15}
-SEARCH_DEFAULTS = {"query_cut": 20, "heap_factor": 0.7}
+PARAMS = (
+    Param("n_postings", int, 3500, "postings kept per term on average (more: better recall, bigger index)",
+          minimum=1),
+    Param("centroid_fraction", float, 0.1, "blocks per posting list, as a fraction of n_postings", minimum=0,
+          exclusive_minimum=True, maximum=1),
+    Param("min_cluster_size", int, 2, "fewest documents in a block (smaller clusters are merged)", minimum=1),
+    Param("summary_energy", float, 0.4, "fraction of a block's L1 mass its summary keeps", minimum=0,
+          exclusive_minimum=True, maximum=1),
+    Param("max_fraction", float, 1.5, "longest posting list, as a multiple of n_postings", minimum=0,
+          exclusive_minimum=True),
+    Param("doc_cut", int, 15, "heaviest document terms used to assign documents to blocks", minimum=1),
+    Param("num_threads", int, 0, "threads for building and searching (0: all cores)", role="search", minimum=0),
+    Param("query_cut", int, 20, "heaviest query terms whose posting lists are visited", role="search", minimum=1),
+    Param("heap_factor", float, 0.7, "skip a block whose summary score is below heap_factor x the k-th score "
+          "(smaller: less pruning; 0: none)", role="search", minimum=0),
+)
 
 
 @contextlib.contextmanager
@@ -45,21 +59,20 @@ def _stdout_to_stderr():
 
 class SeismicSearcher(Searcher):
     name = "seismic"
-    build_params = (*BUILD_DEFAULTS, *SEARCH_DEFAULTS, "num_threads")
-    search_params = tuple(SEARCH_DEFAULTS)
+    summary = "approximate: pruned, clustered posting lists with summaries"
+    declared_params = PARAMS
 
-    def __init__(self, index, vocab_size: int, n_docs: int, params: dict, num_threads: int = 0):
+    def __init__(self, index, vocab_size: int, n_docs: int, params: dict):
         self.index = index
         self.vocab_size = vocab_size
         self.n_docs = n_docs
         self.params = params
-        self.num_threads = num_threads
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, num_threads: int = 0, **params) -> SeismicSearcher:
+    def build(cls, documents: sp.csr_matrix, **params) -> SeismicSearcher:
         import seismic
 
-        params = BUILD_DEFAULTS | SEARCH_DEFAULTS | params
+        params = cls.defaults() | cls.check_params(params)
         documents = check_documents(documents)
         documents.sort_indices()
         dataset = seismic.SeismicDataset(dim=documents.shape[1])
@@ -68,14 +81,16 @@ class SeismicSearcher(Searcher):
                                     documents.indptr.astype(np.int64))
         with _stdout_to_stderr():
             index = seismic.SeismicIndex.build_from_dataset(
-                dataset, num_threads=num_threads, **{name: params[name] for name in BUILD_DEFAULTS}
+                dataset, num_threads=params["num_threads"],
+                **{param.name: params[param.name] for param in PARAMS if param.role == "build"},
             )
-        return cls(index, documents.shape[1], documents.shape[0], params, num_threads)
+        return cls(index, documents.shape[1], documents.shape[0], params)
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, query_cut: int | None = None,
-               heap_factor: float | None = None) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+        """``params``: query_cut, heap_factor, num_threads (default: the index's)."""
         import seismic
 
+        settings = self.search_settings(params)
         queries = self.check_queries(queries)
         string = seismic.get_seismic_string()
         ids = np.array([str(i) for i in range(queries.shape[0])], dtype=string)
@@ -86,9 +101,9 @@ class SeismicSearcher(Searcher):
             values.append(queries.data[low:high].astype(np.float32))
         results = self.index.batch_search(
             ids, components, values, k=k,
-            query_cut=self.params["query_cut"] if query_cut is None else query_cut,  # 0 is a value, not unset
-            heap_factor=self.params["heap_factor"] if heap_factor is None else heap_factor,
-            num_threads=self.num_threads,
+            query_cut=settings["query_cut"],
+            heap_factor=settings["heap_factor"],
+            num_threads=settings["num_threads"],
         )
         hits = [(np.empty(0, np.int64), np.empty(0, np.float32))] * queries.shape[0]
         for found in results:  # each hit is (query id, score, document id); lists may come in any order
@@ -96,7 +111,7 @@ class SeismicSearcher(Searcher):
                 continue
             rows = np.array([int(doc) for _, _, doc in found], dtype=np.int64)
             scores = np.array([score for _, score, _ in found], dtype=np.float32)
-            order = np.lexsort((rows, -scores))
+            order = best_first(rows, scores)
             hits[int(found[0][0])] = (rows[order], scores[order])
         return SearchResult.from_hits(hits, k)
 
@@ -112,4 +127,4 @@ class SeismicSearcher(Searcher):
             index = seismic.SeismicIndex.load(str(folder / INDEX_FILE))
         except OSError as error:
             raise InputError(f"cannot read the Seismic index ({error})", folder / INDEX_FILE) from None
-        return cls(index, manifest["vocab_size"], manifest["n_docs"], manifest["params"])
+        return cls(index, manifest["vocab_size"], manifest["n_docs"], cls.defaults() | manifest["params"])

@@ -1,0 +1,122 @@
+"""Backend parameters, declared once: name, type, default, allowed range, help and role.
+
+Every backend lists its :class:`Param` declarations; the CLI help, the parsing of ``--param NAME=VALUE``
+(values arrive as strings) and the checks of Python calls all come from them, so a value no backend can use
+(``query_batch=-5``, ``bsize=0``, ``heap_factor=nan``) is refused with one clear line before any work starts,
+instead of producing an empty run or a traceback later.
+
+Roles: a ``build`` parameter is fixed when the index is built; a ``search`` parameter may change at every
+search, and when given at build time it becomes the index's default (saved with it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import dataclass
+
+from spladekit.errors import SpladekitError
+
+ROLES = ("build", "search")
+TYPES = (int, float, bool, str)
+TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One backend parameter. ``minimum``/``maximum`` bound numbers (``exclusive_minimum``: the minimum itself
+    is refused); a ``str`` parameter whose default is None may be left unset."""
+
+    name: str
+    type: type
+    default: object
+    help: str
+    role: str = "build"
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+
+    def __post_init__(self):
+        if self.type not in TYPES or self.role not in ROLES:
+            raise TypeError(f"{self.name}: type must be one of {TYPES} and role one of {ROLES}")
+
+    def allowed(self) -> str:
+        """The accepted values in words, for the help and for error messages."""
+        if self.type is bool:
+            return "true or false"
+        if self.type is str:
+            return "a non-empty string"
+        bounds = []
+        if self.minimum is not None:
+            bounds.append(f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}")
+        if self.maximum is not None:
+            bounds.append(f"<= {self.maximum:g}")
+        return " ".join(["an integer" if self.type is int else "a finite number", " and ".join(bounds)]).strip()
+
+    def describe(self) -> str:
+        """One line of help: ``name ([search;] allowed values, which say the type; default): help``."""
+        default = "unset" if self.default is None else json.dumps(self.default)
+        role = "search; " if self.role == "search" else ""
+        return f"{self.name} ({role}{self.allowed()}; default {default}): {self.help}"
+
+    def convert(self, value):
+        """``value`` (a string from the command line, or a Python value) as the declared type, checked;
+        ValueError when it is not one of the allowed values."""
+        if value is None and self.default is None:
+            return None
+        if self.type is bool:
+            return _to_bool(value)
+        if self.type is str:
+            if isinstance(value, str) and value:
+                return value
+            raise ValueError
+        number = _to_number(value, self.type)
+        if not math.isfinite(number) or not self._in_range(number):
+            raise ValueError
+        return number
+
+    def _in_range(self, number: float) -> bool:
+        if self.minimum is not None and (number < self.minimum or (self.exclusive_minimum and number == self.minimum)):
+            return False
+        return self.maximum is None or number <= self.maximum
+
+
+def _to_bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
+        return value.strip().lower() in TRUE
+    raise ValueError
+
+
+def _to_number(value, kind: type) -> int | float:
+    """int: an integral number or its decimal string; float: any real number or its string (bools refused)."""
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, str):
+        return kind(value.strip())  # int("2.5"), float("abc") raise ValueError
+    if isinstance(value, numbers.Integral) or (kind is float and isinstance(value, numbers.Real)):
+        return kind(value)
+    raise ValueError
+
+
+def check_values(backend: str, declared: tuple[Param, ...], values: dict, role: str) -> dict:
+    """``values`` converted to their declared types and checked, or a one-line SpladekitError naming the
+    backend, the parameter, the bad value and what is allowed (for an unknown name: the valid names).
+
+    ``role="build"`` accepts every declared parameter; ``role="search"`` only the search ones.
+    """
+    accepted = {param.name: param for param in declared if role == "build" or param.role == "search"}
+    unknown = sorted(set(values) - set(accepted))
+    if unknown:
+        when = " at search time" if role == "search" else ""
+        raise SpladekitError(f"{backend} does not take {', '.join(unknown)}{when}; it takes: "
+                             f"{', '.join(accepted) or 'no parameters'}")
+    checked = {}
+    for name, value in values.items():
+        try:
+            checked[name] = accepted[name].convert(value)
+        except ValueError:
+            raise SpladekitError(f"{backend} parameter {name}={value}: must be {accepted[name].allowed()}") from None
+    return checked
