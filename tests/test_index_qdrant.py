@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from conftest import shared_path
 from spladekit.errors import SpladekitError
 from spladekit.index.store import read_manifest
+from spladekit.run import Run
 
 pytest.importorskip("qdrant_client")
 from spladekit.index.qdrant import QdrantSearcher
@@ -65,8 +66,8 @@ def test_save_and_load_keeps_ids_and_results(tmp_path):
     loaded = QdrantSearcher.read_files(tmp_path / "index", manifest)
     after = loaded.search(queries, k=5)
     np.testing.assert_array_equal(after.doc_indices, before.doc_indices)
-    run = after.to_run([f"q{i}" for i in range(10)], ids)
-    assert all(doc.startswith("doc") for hits in run.values() for doc in hits)
+    run = Run.from_hits([f"q{i}" for i in range(10)], ids, after.doc_indices, after.scores)
+    assert all(doc.startswith("doc") for hits in run.scores.values() for doc in hits)
     loaded.close()
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from spladekit.errors import SpladekitError
-from spladekit.interop import resolve_model_folder
+from spladekit.foreign_models import resolve_model_folder
 from spladekit.sources import is_local_model
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Backbone:
     tokenizer: object
     source: str
     fresh_keys: list[str] = field(default_factory=list)
-    settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.interop), e.g. max_length
+    settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.foreign_models), e.g. max_length
 
 
 @contextlib.contextmanager

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from spladekit.atomic import atomic_directory
 from spladekit.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
 from spladekit.data.lines import read_json
 from spladekit.errors import SpladekitError
-from spladekit.files import atomic_directory
 from spladekit.head import rescale, rescale_record
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from spladekit.vectors import dense_to_csr

@@ -38,7 +38,7 @@ from spladekit.data.trec import Qrels
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.index import build_index
+from spladekit.index import backend_class, build_index
 from spladekit.run import Run
 from spladekit.vectors import Vectors, nnz_per_row
 
@@ -152,6 +152,7 @@ def evaluate(
 
     ``cache=False`` always re-encodes (use it while training: every checkpoint is a new model).
     """
+    backend_params = backend_class(backend).check_params(backend_params or {})  # before any encoding
     collection = reconcile(collection)
     max_length = max_length or encoder.max_length
     documents, encode_info = encode_corpus(encoder, collection.corpus, max_length, batch_size, cache, show_progress)
@@ -160,7 +161,7 @@ def evaluate(
                              show_progress=show_progress)
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    searcher = build_index(documents.matrix, backend, **(backend_params or {}))
+    searcher = build_index(documents.matrix, backend, **backend_params)
     index_seconds = time.perf_counter() - started
     started = time.perf_counter()
     hits = searcher.search_batches(queries, k=k, show_progress=show_progress)

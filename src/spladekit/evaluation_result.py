@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
 from spladekit.errors import InputError
-from spladekit.files import atomic_file
 
 EFFICIENCY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries", "search_ms_per_query")
 TIMING_KEYS = ("encode_docs_seconds", "encode_queries_seconds", "index_seconds")

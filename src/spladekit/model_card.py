@@ -14,8 +14,8 @@ from pathlib import Path
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from spladekit.atomic import atomic_file
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.files import atomic_file
 
 CARD_FILE = "README.md"
 CARD_DATA = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}

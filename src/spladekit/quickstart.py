@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spladekit.atomic import atomic_file, check_new_output
 from spladekit.data.collections import load_collection
 from spladekit.diagnosis import diagnose
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.files import atomic_file, check_new_output
 from spladekit.head import head_norms
 from spladekit.model_card import write_model_card
 from spladekit.rescaling import RescaleRecord, apply_rescale

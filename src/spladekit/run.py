@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from spladekit.atomic import atomic_file
 from spladekit.data.lines import numbered_lines
 from spladekit.errors import InputError
-from spladekit.files import atomic_file
 
 
 @dataclass

@@ -17,8 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from spladekit.atomic import atomic_directory
 from spladekit.errors import InputError
-from spladekit.files import atomic_directory
 
 VECTORS_FILE = "vectors.npz"
 IDS_FILE = "ids.json"

@@ -23,7 +23,7 @@ app = typer.Typer(
 
 def emit(payload: dict, as_json: bool, output: Path | None, human: str) -> None:
     """Print ``human`` (or JSON with ``--json``) on stdout; also write JSON to ``output`` if given."""
-    from spladekit.files import atomic_file
+    from spladekit.atomic import atomic_file
 
     text = json.dumps(payload, indent=2, default=str)
     if output is not None:

@@ -80,8 +80,8 @@ def rescale(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
+    from spladekit.atomic import check_new_output
     from spladekit.encoder import SparseEncoder
-    from spladekit.files import check_new_output
     from spladekit.head import head_norms, parse_k
     from spladekit.rescaling import apply_rescale, resolve_rescale
 
@@ -114,9 +114,9 @@ def encode(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Encode a corpus into SPLADE vectors."""
+    from spladekit.atomic import check_new_output
     from spladekit.data import read_corpus
     from spladekit.encoder import SparseEncoder
-    from spladekit.files import check_new_output
     from spladekit.vectors import Vectors
 
     check_new_output(output, overwrite)

@@ -21,9 +21,9 @@ class ExportFormat(str, Enum):
 
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
                            trust_remote_code: bool) -> dict:
+    from spladekit.atomic import check_new_output
     from spladekit.encoder import SparseEncoder
     from spladekit.export import export_sentence_transformers
-    from spladekit.files import check_new_output
 
     check_new_output(output, overwrite)
     encoder = SparseEncoder.from_pretrained(source, trust_remote_code=trust_remote_code, max_length=max_length)
@@ -49,9 +49,9 @@ def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path
 def _search_engine(source: str, engine: str, output: Optional[Path], model: Optional[str], queries: Optional[Path],
                    field_type: Optional[str], index: str, field: str, top_k: Optional[int],
                    quantize: Optional[float], overwrite: bool, trust_remote_code: bool) -> dict:
+    from spladekit.atomic import check_new_output
     from spladekit.export import export_search_engine
     from spladekit.export.search_engine import vocabulary_tokens
-    from spladekit.files import check_new_output
 
     if output is None:
         raise SpladekitError(f"--format {engine} needs --output (folder for the NDJSON, mapping and query)")

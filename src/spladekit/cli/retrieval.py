@@ -58,7 +58,7 @@ def index(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
-    from spladekit.files import check_new_output
+    from spladekit.atomic import check_new_output
     from spladekit.vectors import Vectors
 
     searcher_class = backend_class(backend)

@@ -14,10 +14,10 @@ import io
 import math
 from pathlib import Path
 
+from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
 from spladekit.errors import SpladekitError
 from spladekit.experiments.sweep import RUN_FILE, read_evaluation
-from spladekit.files import atomic_file
 from spladekit.train.monitors import read_metrics
 
 SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG@10", "DL19 nDCG@10"),

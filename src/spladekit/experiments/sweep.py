@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Union
 
+from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.files import atomic_file
 from spladekit.head import RESCALE_MODES, parse_k
 from spladekit.sources import is_local, is_local_model
 

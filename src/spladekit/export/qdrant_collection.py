@@ -6,7 +6,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from spladekit.files import check_new_output
+from spladekit.atomic import check_new_output
 
 
 def export_qdrant(

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.atomic import atomic_directory
 from spladekit.errors import SpladekitError
 from spladekit.export.feature_names import escape_feature
 from spladekit.export.weights import prune_top_k, quantize
-from spladekit.files import atomic_directory
 
 # engine → accepted field types, the first being the default
 ENGINES = {"opensearch": ("rank_features",), "elasticsearch": ("sparse_vector", "rank_features")}
@@ -166,7 +166,7 @@ def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = Fa
     """
     from transformers import AutoTokenizer
 
-    from spladekit.interop import resolve_model_folder
+    from spladekit.foreign_models import resolve_model_folder
 
     source = Path(model)
     source = resolve_model_folder(source).path if source.exists() else str(model)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from spladekit.atomic import atomic_directory
 from spladekit.backbone import quiet_transformers
 from spladekit.errors import SpladekitError
-from spladekit.files import atomic_directory
 
 STAGED_MODEL = "_mlm"
 

@@ -15,17 +15,12 @@ from spladekit.index.params import Param, check_values
 
 @dataclass
 class SearchResult:
-    """Top-k per query: row i holds the document *row numbers* (int64, -1 = no hit) and their scores."""
+    """Top-k per query: row i holds the document *row numbers* (int64, -1 = no hit) and their scores.
+
+    With the query and document ids it becomes a :class:`spladekit.run.Run` (``Run.from_hits``)."""
 
     doc_indices: np.ndarray  # n_queries × k, int64
     scores: np.ndarray  # n_queries × k, float32
-
-    def to_run(self, query_ids: list[str], doc_ids: list[str]) -> dict[str, dict[str, float]]:
-        """As an ir_measures / TREC run: {query_id: {doc_id: score}} (missing hits dropped)."""
-        return {
-            qid: {doc_ids[d]: float(s) for d, s in zip(rows, scores) if d >= 0}
-            for qid, rows, scores in zip(query_ids, self.doc_indices, self.scores)
-        }
 
     @classmethod
     def from_hits(cls, hits: list[tuple[np.ndarray, np.ndarray]], k: int) -> SearchResult:

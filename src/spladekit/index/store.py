@@ -12,8 +12,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from spladekit.atomic import atomic_directory
 from spladekit.errors import InputError, SpladekitError
-from spladekit.files import atomic_directory
 
 FORMAT = "spladekit-index"
 FORMAT_VERSION = 1

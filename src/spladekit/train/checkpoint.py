@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
+from spladekit.atomic import atomic_directory
 from spladekit.errors import SpladekitError
-from spladekit.files import atomic_directory
 
 PREFIX = "step-"
 

@@ -30,7 +30,7 @@ class BackboneConfig:
 
 @dataclass
 class RescaleConfig:
-    k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": head.diagnose's recommended_k
+    k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": diagnosis.diagnose's recommended_k
     mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
     rescale_bias: bool = False
     auto_pairs: int = 64  # training (query, positive) pairs that "auto" diagnoses the head on
@@ -245,7 +245,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConf
 
 
 def save_config(config: TrainConfig, path: Path, header: str = "") -> None:
-    from spladekit.files import atomic_file
+    from spladekit.atomic import atomic_file
 
     with atomic_file(path) as stream:
         stream.write(header + yaml.safe_dump(config.to_dict(), sort_keys=False))

@@ -39,11 +39,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from spladekit.atomic import check_new_output
 from spladekit.data.training import Example, TrainingSet, load_training_set
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import SpladekitError
 from spladekit.evaluate import evaluate_data
-from spladekit.files import check_new_output
 from spladekit.head import head_norms
 from spladekit.rescaling import RescaleRecord, apply_rescale, resolve_rescale
 from spladekit.train import distributed

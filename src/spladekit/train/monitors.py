@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spladekit.atomic import atomic_file
 from spladekit.errors import InputError
-from spladekit.files import atomic_file
 
 logger = logging.getLogger("spladekit")
 

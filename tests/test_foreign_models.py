@@ -14,8 +14,8 @@ from spladekit.backbone import load_backbone
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError
 from spladekit.export import export_sentence_transformers
+from spladekit.foreign_models import resolve_model_folder
 from spladekit.head import rescale
-from spladekit.interop import resolve_model_folder
 
 st = pytest.importorskip("sentence_transformers.sparse_encoder")
 
