@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from spladekit.cli.retrieval import params_help
 from spladekit.errors import SpladekitError
 from spladekit.index import BACKENDS, ExactSearcher, SeismicSearcher, build_index
-from spladekit.sparse import save_vectors
+from spladekit.vectors import Vectors
 from synthetic_sparse import zipf_matrix
 
 
@@ -102,7 +102,7 @@ def test_an_explicit_zero_search_parameter_is_used_not_replaced_by_the_index_def
 
 
 def test_cli_index_refuses_a_bad_parameter_with_one_line_and_writes_nothing(tmp_path):
-    save_vectors(tmp_path / "vectors", zipf_matrix(20, 50, 5, seed=6), [f"d{i}" for i in range(20)], {})
+    Vectors(zipf_matrix(20, 50, 5, seed=6), [f"d{i}" for i in range(20)]).save(tmp_path / "vectors")
     result = spladekit("index", tmp_path / "vectors", "--output", tmp_path / "index", "--param", "query_batch=-5")
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: exact parameter query_batch=-5: must be an integer >= 1"]
