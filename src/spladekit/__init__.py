@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from spladekit.vectors import Vectors
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'spladekit' has no attribute {name!r}")
     value = getattr(importlib.import_module(_LAZY[name]), name)

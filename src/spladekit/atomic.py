@@ -6,7 +6,9 @@ import contextlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from spladekit.errors import SpladekitError
 
@@ -19,7 +21,7 @@ def check_new_output(target: str | Path, overwrite: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def atomic_directory(target: str | Path, overwrite: bool = False):
+def atomic_directory(target: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces ``target``, on error it is removed."""
     target = Path(target)
     check_new_output(target, overwrite)
@@ -40,13 +42,13 @@ def atomic_directory(target: str | Path, overwrite: bool = False):
 
 
 @contextlib.contextmanager
-def atomic_file(target: str | Path, mode: str = "w"):
+def atomic_file(target: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Yield an open temporary file next to ``target``; renamed onto it only if the block succeeds."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, staging = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as stream:
+        with os.fdopen(handle, mode, encoding=None if "b" in mode else "utf-8") as stream:
             yield stream
         os.replace(staging, target)
     except BaseException:

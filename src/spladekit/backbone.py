@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -18,6 +20,9 @@ from torch import nn
 from spladekit.errors import SpladekitError
 from spladekit.foreign_models import resolve_model_folder
 from spladekit.sources import is_local_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +33,15 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.
 class Backbone:
     """A masked-LM model, its tokenizer, where it came from, and what was freshly initialized."""
 
-    model: nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     source: str
     fresh_keys: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.foreign_models), e.g. max_length
 
 
 @contextlib.contextmanager
-def quiet_transformers():
+def quiet_transformers() -> Iterator[None]:
     """No transformers warnings tables or progress bars (loading/saving): spladekit reports in one line."""
     import transformers
 
@@ -71,7 +76,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     source = str(path_or_id)
-    settings = {}
+    settings: dict = {}
     if is_local_model(source):
         resolved = resolve_model_folder(Path(source).expanduser())  # sentence-transformers / naver folders
         path, settings = resolved.path, dict(resolved.settings)
@@ -102,7 +107,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh, settings=settings)
 
 
-def vocab_projection(model: nn.Module) -> nn.Linear:
+def vocab_projection(model: PreTrainedModel) -> nn.Linear:
     """The module mapping hidden states to vocabulary logits (weight V × H, optional bias V)."""
     projection = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if projection is None or not isinstance(getattr(projection, "weight", None), torch.Tensor):
@@ -115,7 +120,7 @@ def vocab_projection(model: nn.Module) -> nn.Linear:
     return projection
 
 
-def projection_path(model: nn.Module) -> str:
+def projection_path(model: PreTrainedModel) -> str:
     """Dotted name of the vocabulary projection module, e.g. ``cls.predictions.decoder``."""
     projection = vocab_projection(model)
     for name, module in model.named_modules():
@@ -124,15 +129,16 @@ def projection_path(model: nn.Module) -> str:
     raise SpladekitError(f"{type(model).__name__}: vocabulary projection is not a submodule of the model")
 
 
-def is_tied(model: nn.Module) -> bool:
+def is_tied(model: PreTrainedModel) -> bool:
     """True when the projection shares storage with the input embeddings."""
-    inputs = model.get_input_embeddings()
+    # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
+    inputs = cast(nn.Embedding, model.get_input_embeddings())
     out = vocab_projection(model).weight
     return inputs is not None and (inputs.weight is out or inputs.weight.data_ptr() == out.data_ptr())
 
 
 @contextlib.contextmanager
-def projection_bypassed(model: nn.Module):
+def projection_bypassed(model: PreTrainedModel) -> Iterator[nn.Linear]:
     """Within the block, ``model(...).logits`` are the projection's *inputs* h (B × L × H).
 
     This lets the SPLADE pooling apply the projection itself (fused, chunked) instead of the model

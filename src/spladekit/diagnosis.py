@@ -10,6 +10,7 @@ such k avoids over-rescaling, where all scores become equal.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -75,7 +76,7 @@ class HeadReport:
         return asdict(self)
 
 
-def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates, max_length: int) -> dict[float, torch.Tensor]:
+def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int) -> dict[float, torch.Tensor]:
     """SPLADE vectors with the head divided by each candidate k (hidden states computed once)."""
     batch = encoder.tokenize(texts, max_length=max_length)
     with torch.inference_mode():
@@ -105,7 +106,7 @@ def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFEREN
     return float(ordered[-1])
 
 
-def diagnose(encoder: SparseEncoder, pairs=SAMPLE_PAIRS, max_length: int = 256) -> HeadReport:
+def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256) -> HeadReport:
     """Head statistics plus initial SPLADE statistics on (query, document) sample pairs."""
     model = encoder.model
     queries = [query for query, _ in pairs]
@@ -114,7 +115,7 @@ def diagnose(encoder: SparseEncoder, pairs=SAMPLE_PAIRS, max_length: int = 256) 
     # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
     query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length)
     document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length)
-    pair_scores = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
+    pair_scores: dict[float, float] = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
     q, d = query_vectors[1], document_vectors[1]
     active = torch.cat([q[q > 0], d[d > 0]])
     projection = vocab_projection(model)

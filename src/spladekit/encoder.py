@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from spladekit.vectors import dense_to_csr
 METADATA_FILE = "spladekit.json"
 DEFAULT_MAX_LENGTH = 256
 # SPLADE max pooling implementations (same values and gradients; see spladekit.pooling).
-POOLINGS = {
+POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
     "fused": splade_max_pool_fused,
     "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
     "naive": splade_max_pool,
@@ -131,7 +132,7 @@ class SparseEncoder(nn.Module):
         )
         return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
 
-    def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Module]:
+    def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Linear]:
         """Run the backbone up to (not including) the vocabulary projection: (h: B × L × H, projection)."""
         with projection_bypassed(self.model) as projection:
             hidden = self.model(**batch).logits

@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import ir_measures
 import numpy as np
@@ -69,7 +70,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
 
 
-def model_fingerprint(encoder) -> str:
+def model_fingerprint(encoder: SparseEncoder) -> str:
     """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size."""
     digest = hashlib.sha256()
     for name, tensor in sorted(encoder.model.state_dict().items()):
@@ -194,7 +195,7 @@ def evaluate(
 
 
 def evaluate_suite(encoder: SparseEncoder, collections: Iterable[Collection], name: str,
-                   run_dir: str | Path | None = None, **options) -> EvaluationResult:
+                   run_dir: str | Path | None = None, **options: Any) -> EvaluationResult:
     """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
     members = {}
     for collection in collections:
@@ -207,7 +208,7 @@ def evaluate_suite(encoder: SparseEncoder, collections: Iterable[Collection], na
 
 def evaluate_data(encoder: SparseEncoder, data: str | Path, split: str = "test",
                   data_root: str | Path | None = None, run_dir: str | Path | None = None,
-                  **options) -> EvaluationResult:
+                  **options: Any) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
     from spladekit.data.collections import load_collection
     from spladekit.data.suites import SUITES, load_suite
@@ -233,7 +234,7 @@ def results_table(result: EvaluationResult) -> str:
     for column in ("dataset", *result.measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
         table.add_column(column, justify="left" if column == "dataset" else "right")
 
-    def add(label: str, row: EvaluationResult, style: str | None = None):
+    def add(label: str, row: EvaluationResult, style: str | None = None) -> None:
         numbers = row.efficiency
         table.add_row(label, *(f"{row.metrics[m]:.4f}" for m in result.measures), f"{numbers['flops']:.2f}",
                       f"{numbers['avg_q_nnz']:.1f}", f"{numbers['avg_d_nnz']:.1f}", f"{numbers['docs']:,.0f}",
@@ -243,6 +244,7 @@ def results_table(result: EvaluationResult) -> str:
         add(label, row)
     if result.is_suite:
         add("mean", result, style="bold")
-    console = Console(file=io.StringIO(), width=160, color_system=None)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, color_system=None)
     console.print(table)
-    return console.file.getvalue().rstrip()
+    return buffer.getvalue().rstrip()

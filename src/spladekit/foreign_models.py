@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -63,7 +64,7 @@ def resolve_model_folder(path: str | Path) -> ResolvedModel:
 
 
 # ----------------------------------------------------------------------------- sentence-transformers
-def _read_json(path: Path) -> object:
+def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -18,12 +19,15 @@ from torch import nn
 from spladekit.backbone import is_tied, vocab_projection
 from spladekit.errors import SpladekitError
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 log = logging.getLogger("spladekit")
 
 RESCALE_MODES = ("tied", "untie")
 CONFIG_ATTRIBUTE = "spladekit_rescale"  # stored in config.json, so a reload never rescales twice
 
-def rescale_record(model: nn.Module) -> dict | None:
+def rescale_record(model: PreTrainedModel) -> dict | None:
     """The rescaling already applied to this model (read from its config), or None."""
     return getattr(model.config, CONFIG_ATTRIBUTE, None)
 
@@ -35,7 +39,8 @@ def parse_k(value: object, allow_auto: bool = False) -> float | str:
         return "auto"
     expected = "a positive finite number" + (" or 'auto'" if allow_auto else "")
     try:
-        number = float(value) if not isinstance(value, bool) else math.nan
+        # float() decides what it accepts; anything else raises TypeError/ValueError, reported below
+        number = float(cast(Any, value)) if not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
         raise SpladekitError(f"k must be {expected}, got {value!r}") from None
     if not math.isfinite(number) or number <= 0:
@@ -43,7 +48,7 @@ def parse_k(value: object, allow_auto: bool = False) -> float | str:
     return number
 
 
-def _rebind(model: nn.Module, old: nn.Parameter, new: nn.Parameter, skip: nn.Module | None = None) -> None:
+def _rebind(model: PreTrainedModel, old: torch.Tensor, new: nn.Parameter, skip: nn.Module | None = None) -> None:
     for module in model.modules():
         if module is skip:
             continue
@@ -52,7 +57,7 @@ def _rebind(model: nn.Module, old: nn.Parameter, new: nn.Parameter, skip: nn.Mod
                 module._parameters[name] = new
 
 
-def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool = False) -> nn.Module:
+def rescale(model: PreTrainedModel, k: float, mode: str = "tied", rescale_bias: bool = False) -> PreTrainedModel:
     """Divide the vocabulary projection by ``k`` in place, once; record it in ``model.config``.
 
     * ``tied``: divide the (possibly shared) matrix; the tie is kept (same storage afterwards). With a
@@ -66,6 +71,7 @@ def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool =
         raise SpladekitError(f"head already rescaled ({rescale_record(model)}); rescaling twice would compound")
     if mode == "tied" and recommend_mode(model, k) == "untie":
         ratio = word_position_ratio(model)
+        assert ratio is not None  # recommend_mode says untie only when there is a ratio
         log.warning("tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
                     "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
                     "rescales the head only", k, ratio, ratio / k)
@@ -74,7 +80,7 @@ def rescale(model: nn.Module, k: float, mode: str = "tied", rescale_bias: bool =
     return model
 
 
-def divide_head(model: nn.Module, divisor: float, mode: str = "tied", divide_bias: bool = False) -> nn.Module:
+def divide_head(model: PreTrainedModel, divisor: float, mode: str = "tied", divide_bias: bool = False) -> PreTrainedModel:
     """The mechanics of :func:`rescale` without the once-only record.
 
     Used directly only to *simulate* backbones with a large head (``divisor = 1/s`` inflates it by s),
@@ -93,7 +99,7 @@ def divide_head(model: nn.Module, divisor: float, mode: str = "tied", divide_bia
     return model
 
 
-def _untie(model: nn.Module, projection: nn.Module) -> None:
+def _untie(model: PreTrainedModel, projection: nn.Linear) -> None:
     inputs = model.get_input_embeddings()
     new_weight = nn.Parameter(projection.weight.detach().clone())
     _rebind(model, projection.weight, new_weight, skip=inputs)
@@ -105,7 +111,7 @@ def _untie(model: nn.Module, projection: nn.Module) -> None:
         config.tie_word_embeddings = False
 
 
-def head_norms(model: nn.Module) -> dict:
+def head_norms(model: PreTrainedModel) -> dict:
     weight = vocab_projection(model).weight.detach().float()
     bias = vocab_projection(model).bias
     rows = weight.norm(dim=1)
@@ -118,7 +124,7 @@ def head_norms(model: nn.Module) -> dict:
     }
 
 
-def word_position_ratio(model: nn.Module) -> float | None:
+def word_position_ratio(model: PreTrainedModel) -> float | None:
     """Median input word-embedding row norm ÷ median absolute position-embedding row norm.
 
     BERT-style models (BERT, DistilBERT, ALBERT, RoBERTa) add a position vector to each word vector
@@ -130,12 +136,13 @@ def word_position_ratio(model: nn.Module) -> float | None:
               if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)]
     if not tables:
         return None
-    words = model.get_input_embeddings().weight.detach().float().norm(dim=1).median()
+    # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
+    words = cast(nn.Embedding, model.get_input_embeddings()).weight.detach().float().norm(dim=1).median()
     positions = tables[0].weight.detach().float().norm(dim=1).median()
     return float(words / positions) if positions > 0 else None
 
 
-def recommend_mode(model: nn.Module, k: float) -> str:
+def recommend_mode(model: PreTrainedModel, k: float) -> str:
     """``untie`` when ``tied`` rescaling by k would leave word embeddings smaller than position embeddings.
 
     Rule: tied head, k > 1 and ``word_position_ratio / k < 1``. In the CPU mini-reproduction

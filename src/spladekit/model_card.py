@@ -11,19 +11,23 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
 from spladekit.atomic import atomic_file
 from spladekit.evaluation_result import EvaluationResult
 
+if TYPE_CHECKING:
+    from spladekit.encoder import SparseEncoder
+
 CARD_FILE = "README.md"
-CARD_DATA = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}
+CARD_DATA: dict[str, Any] = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}
 NORM_KEYS = ("frobenius_norm", "mean_row_norm", "max_row_norm")
 CARD_EFFICIENCY = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "—" if value is None else str(value)
@@ -35,7 +39,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
-def original_backbone(encoder) -> str:
+def original_backbone(encoder: SparseEncoder) -> str:
     """The backbone a saved spladekit model came from (its ``spladekit.json``), else where it was loaded."""
     from spladekit.encoder import METADATA_FILE
 
@@ -45,7 +49,7 @@ def original_backbone(encoder) -> str:
     return str(encoder.source)
 
 
-def _overview(encoder, name: str) -> list[str]:
+def _overview(encoder: SparseEncoder, name: str) -> list[str]:
     from spladekit.head import rescale_record
 
     config = encoder.model.config
@@ -64,7 +68,7 @@ def _overview(encoder, name: str) -> list[str]:
     ]
 
 
-def _norms(encoder, training: dict | None) -> list[str]:
+def _norms(encoder: SparseEncoder, training: dict | None) -> list[str]:
     from spladekit.head import head_norms
 
     final = head_norms(encoder.model)
@@ -112,7 +116,7 @@ def _usage(folder: Path) -> list[str]:
     ]
 
 
-def model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = ()) -> str:
+def model_card(folder: str | Path, encoder: SparseEncoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = ()) -> str:
     """The card text; ``training`` = recipe settings (+ optional ``initial_head_norms``), ``evaluation`` =
     the results to report (one table row each)."""
     folder = Path(folder)
@@ -123,8 +127,8 @@ def model_card(folder: str | Path, encoder, training: dict | None = None, evalua
     return str(card)
 
 
-def write_model_card(folder: str | Path, encoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = (),
-                     name: str | Path | None = None) -> Path:
+def write_model_card(folder: str | Path, encoder: SparseEncoder, training: dict | None = None,
+                     evaluation: Sequence[EvaluationResult] = (), name: str | Path | None = None) -> Path:
     """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
     target = Path(folder) / CARD_FILE
     with atomic_file(target) as stream:

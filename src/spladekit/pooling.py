@@ -19,6 +19,8 @@ Two implementations with the same value and gradient:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 # Vocabulary rows per block, chosen by measurement on a 2-core AVX-512 CPU (docs/benchmarks.md): within
@@ -77,14 +79,17 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
     """Autograd function behind :func:`splade_max_pool_fused` (saves B × V max logits and winners)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, attention_mask, chunk_size, search_dtype):
+    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                attention_mask: torch.Tensor, chunk_size: int, search_dtype: torch.dtype | None) -> torch.Tensor:
         max_logits, winners = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True)
         ctx.save_for_backward(hidden, weight, attention_mask, max_logits, winners)
         ctx.has_bias = bias is not None
         return torch.log1p(torch.relu(max_logits))
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(
+        ctx: Any, grad_output: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None]:
         hidden, weight, attention_mask, max_logits, winners = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         batch, length, width = hidden.shape
@@ -107,7 +112,8 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
-def _augmented(hidden, weight, bias, attention_mask, dtype):
+def _augmented(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Fold bias and padding into one matmul: rows ``[h, 1, 0]`` (token) or ``[0, 0, 1]`` (padding)
     against ``[W, b, pad]``, so a padded token's logit is exactly ``pad``.
 
@@ -124,7 +130,8 @@ def _augmented(hidden, weight, bias, attention_mask, dtype):
     return tokens, terms
 
 
-def _block_max(hidden, weight, bias, attention_mask, chunk_size, dtype, with_index):
+def _block_max(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
+               chunk_size: int, dtype: torch.dtype, with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per (text, term): the maximum logit over tokens (B × V, in ``dtype``) and, if asked, its token.
 
     The vocabulary is processed ``chunk_size`` rows at a time as a (chunk, B, L) block so the max runs
@@ -137,7 +144,7 @@ def _block_max(hidden, weight, bias, attention_mask, chunk_size, dtype, with_ind
     winners = torch.empty(batch, vocab, dtype=torch.long, device=hidden.device) if with_index else None
     for start in range(0, vocab, chunk_size):
         block = (terms[start : start + chunk_size] @ tokens.T).view(-1, batch, length)
-        if with_index:
+        if winners is not None:  # with_index
             values, index = block.max(dim=2)
             winners[:, start : start + chunk_size] = index.T
         else:
@@ -146,7 +153,9 @@ def _block_max(hidden, weight, bias, attention_mask, chunk_size, dtype, with_ind
     return max_logits, winners
 
 
-def _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index):
+def _max_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
+                chunk_size: int, search_dtype: torch.dtype | None,
+                with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per (text, term) max logit (and winner) in ``hidden.dtype``, optionally screened in ``search_dtype``."""
     if search_dtype is None or search_dtype == hidden.dtype:
         return _block_max(hidden, weight, bias, attention_mask, chunk_size, hidden.dtype, with_index)
@@ -154,7 +163,9 @@ def _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, 
     return _recompute_candidates(hidden, weight, bias, attention_mask, screen > -SCREEN_SLACK, with_index)
 
 
-def _recompute_candidates(hidden, weight, bias, attention_mask, candidates, with_index):
+def _recompute_candidates(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          attention_mask: torch.Tensor, candidates: torch.Tensor,
+                          with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Exact max (and winner) over all tokens for each text's candidate terms; ``-inf`` elsewhere."""
     batch, length, _ = hidden.shape
     tokens, terms = _augmented(hidden.detach(), weight, bias, attention_mask, hidden.dtype)
@@ -163,14 +174,15 @@ def _recompute_candidates(hidden, weight, bias, attention_mask, candidates, with
     for text in range(batch):
         term = torch.nonzero(candidates[text], as_tuple=True)[0]
         logits = terms[term] @ tokens[text * length : (text + 1) * length].T
-        if with_index:
+        if winners is not None:  # with_index
             max_logits[text, term], winners[text, term] = logits.max(dim=1)
         else:
             max_logits[text, term] = logits.amax(dim=1)
     return max_logits, winners
 
 
-def _winner_rows_or_mean(flat, attention_mask, weight, text, term, rows):
+def _winner_rows_or_mean(flat: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, text: torch.Tensor,
+                         term: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """Per active pair, the h that dW_v accumulates: the winner's row, or for an all-zero W_v (e.g. the
     zero padding row of BERT-style tied embeddings) the mean over the text's real tokens, which all
     tie at logit b_v and share the gradient evenly as in autograd's ``amax``."""
@@ -185,7 +197,8 @@ def _winner_rows_or_mean(flat, attention_mask, weight, text, term, rows):
     return sources
 
 
-def _scatter_to_winners(flat, attention_mask, rows, contributions):
+def _scatter_to_winners(flat: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
+                        contributions: torch.Tensor) -> torch.Tensor:
     """Sum per-pair gradients into their winning rows, shared evenly among identical token rows.
 
     Autograd's ``amax`` splits a max's gradient evenly between tied maxima. Tokens with bitwise

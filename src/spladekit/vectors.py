@@ -12,6 +12,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -95,7 +96,7 @@ class Vectors:
         return cls(matrix.astype(np.float32, copy=False), ids, meta)
 
 
-def _read_json(path: Path):
+def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

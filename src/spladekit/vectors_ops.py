@@ -8,7 +8,10 @@ exports (impact indexes) and for BMP's 8-bit impacts.
 
 from __future__ import annotations
 
+from typing import cast, overload
+
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
@@ -24,7 +27,13 @@ def best_first(keys: np.ndarray, scores: np.ndarray, k: int | None = None) -> np
     return positions[np.lexsort((keys[positions], -scores[positions]))][:k]
 
 
-def quantize(weights: np.ndarray | sp.spmatrix, scale: float, minimum: int | None = None, dtype=None):
+@overload
+def quantize(weights: np.ndarray, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> np.ndarray: ...
+@overload
+def quantize(weights: sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> sp.csr_matrix: ...
+def quantize(
+    weights: np.ndarray | sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None
+) -> np.ndarray | sp.csr_matrix:
     """Weights → ``round(w × scale)`` (like Anserini/Lucene impact indexes), as ``dtype`` (default: unchanged).
 
     ``minimum`` raises every level below it (BMP: ``minimum=1`` keeps every positive weight positive). A
@@ -35,7 +44,7 @@ def quantize(weights: np.ndarray | sp.spmatrix, scale: float, minimum: int | Non
     if not np.isfinite(scale) or scale <= 0:
         raise SpladekitError(f"quantization scale must be a positive finite number, got {scale}")
     if sp.issparse(weights):
-        quantized = weights.tocsr().copy()
+        quantized = cast(sp.spmatrix, weights).tocsr().copy()  # issparse() does not narrow the type
         quantized.data = quantize(quantized.data, scale, minimum, dtype)
         quantized.eliminate_zeros()
         return quantized

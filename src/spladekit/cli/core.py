@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from spladekit.cli.app import app, emit
+
+if TYPE_CHECKING:
+    from spladekit.diagnosis import HeadReport
 
 TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
@@ -17,7 +21,7 @@ JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON inst
 JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file.")
 
 
-def _report_text(report) -> str:
+def _report_text(report: HeadReport) -> str:
     lines = [
         f"architecture      {report.architecture} ({report.model_type})",
         f"head              {report.head_param}  [{report.vocab_size} x {report.hidden_size}]  tied={report.tied}",
@@ -57,7 +61,7 @@ def diagnose(
     from spladekit.diagnosis import diagnose as diagnose_head
     from spladekit.encoder import SparseEncoder
 
-    pairs = SAMPLE_PAIRS
+    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS
     if sample is not None:
         pairs = [(t.query, t.positive) for t in read_triplets(sample, limit=sample_size, min_negatives=0)]
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)

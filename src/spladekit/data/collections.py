@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
@@ -25,6 +26,9 @@ from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus
 from spladekit.data.trec import Qrels, read_qrels
 from spladekit.errors import InputError, SpladekitError
 from spladekit.sources import is_local
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 logger = logging.getLogger("spladekit")
 
@@ -73,7 +77,7 @@ def load_beir_folder(folder: str | Path, split: str = "test", name: str | None =
 
 
 # ----------------------------------------------------------------------------------------- Hugging Face
-def _hf_rows(source: str, config: str):
+def _hf_rows(source: str, config: str) -> Dataset:
     """Rows of one config: local ``<folder>/<config>/*.parquet`` or the hub repo's ``train`` split."""
     from datasets import load_dataset
 
@@ -86,7 +90,7 @@ def _hf_rows(source: str, config: str):
     return load_dataset(source, config, split="train")
 
 
-def _grade(value, where: str, number: int) -> int:
+def _grade(value: Any, where: str, number: int) -> int:
     """A relevance grade from a dataset row: integral values only (1, 1.0, "2"), since int() would
     silently truncate a fractional grade such as 0.5 to 0."""
     try:
@@ -131,7 +135,7 @@ def _ir_dataset_id(dataset_id: str, split: str | None) -> str:
     return dataset_id
 
 
-def _text(record) -> str:
+def _text(record: Any) -> str:
     return record.default_text() if hasattr(record, "default_text") else record.text
 
 

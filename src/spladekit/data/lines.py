@@ -11,8 +11,11 @@ import gzip
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar, overload
 
 from spladekit.errors import InputError
+
+_T = TypeVar("_T")
 
 
 def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -42,6 +45,10 @@ def json_records(lines: Iterable[tuple[int, str]], path: str | Path) -> Iterator
             raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, number) from None
 
 
+@overload
+def read_json(path: str | Path, expected: type[_T]) -> _T: ...
+@overload
+def read_json(path: str | Path, expected: None = None) -> object: ...
 def read_json(path: str | Path, expected: type | None = None) -> object:
     """A whole JSON file; a syntax error names its line, a top-level value of another type than
     ``expected`` (e.g. ``dict``) is refused."""
@@ -55,6 +62,7 @@ def read_json(path: str | Path, expected: type | None = None) -> object:
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", path, error.lineno) from None
     if expected is not None and not isinstance(value, expected):
-        kind = {dict: "a JSON object", list: "a JSON list"}.get(expected, expected.__name__)
+        kinds: dict[type, str] = {dict: "a JSON object", list: "a JSON list"}
+        kind = kinds.get(expected, expected.__name__)
         raise InputError(f"expected {kind}, got {type(value).__name__}", path)
     return value

@@ -22,7 +22,7 @@ from spladekit.errors import InputError
 TeacherScores = dict[tuple[str, str], float]
 
 
-def _identifier(value, what: str, path: Path, number: int) -> str:
+def _identifier(value: object, what: str, path: Path, number: int) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, str) and value:
@@ -30,7 +30,7 @@ def _identifier(value, what: str, path: Path, number: int) -> str:
     raise InputError(f"{what} must be a non-empty string or an integer, got {value!r}", path, number)
 
 
-def _score(value, path: Path, number: int) -> float:
+def _score(value: object, path: Path, number: int) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"score must be a finite number, got {value!r}", path, number)
     return float(value)

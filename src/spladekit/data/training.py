@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -36,6 +36,11 @@ from spladekit.data.lines import numbered_lines
 from spladekit.data.teacher import READERS, TeacherScores
 from spladekit.data.triplets import read_triplets
 from spladekit.errors import InputError, SpladekitError
+
+if TYPE_CHECKING:
+    from spladekit.train.config import DataConfig
+
+_Row = tuple[str, str, tuple[str, ...]]  # (query, positive, negatives) before merging
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
     return texts
 
 
-def merge_groups(rows: list[tuple[str, str, tuple[str, ...]]]) -> list[Group]:
+def merge_groups(rows: list[_Row]) -> list[Group]:
     """Merge rows sharing (query, positive); negatives keep first-seen order without repeats."""
     merged: dict[tuple[str, str], dict[str, None]] = {}
     for query, positive, negatives in rows:
@@ -136,19 +141,21 @@ def merge_groups(rows: list[tuple[str, str, tuple[str, ...]]]) -> list[Group]:
     return [Group(query, positive, tuple(negatives)) for (query, positive), negatives in merged.items() if negatives]
 
 
-def _text_triplets(data) -> TrainingSet:
+def _text_triplets(data: DataConfig) -> TrainingSet:
     triplets = read_triplets(data.path, limit=data.limit, header=data.header, columns=data.columns)
     groups = merge_groups([(t.query, t.positive, t.negatives) for t in triplets])
     return TrainingSet(groups, _SameText(), _SameText(), source=data.path)
 
 
-def _check_known(key: str, known: Mapping[str, str], what: str, path, line: int | None, where=None) -> None:
+def _check_known(key: str, known: Mapping[str, str], what: str, path: str | Path, line: int | None,
+                 where: str | Path | None = None) -> None:
     if key not in known:
         raise InputError(f"unknown {what} id {key!r}" + (f" (not in {where})" if where else ""), path, line)
 
 
-def _id_triplets(data) -> TrainingSet:
-    queries, documents = read_id_texts(data.queries), read_id_texts(data.collection)
+def _id_triplets(data: DataConfig) -> TrainingSet:
+    # validate() requires data.queries and data.collection with this format
+    queries, documents = read_id_texts(cast(str, data.queries)), read_id_texts(cast(str, data.collection))
     triplets = read_triplets(data.path, limit=data.limit, header=data.header, columns=data.columns)
     for t in triplets:
         _check_known(t.query, queries, "query", data.path, t.line, data.queries)
@@ -158,9 +165,10 @@ def _id_triplets(data) -> TrainingSet:
     return TrainingSet(groups, queries, documents, source=data.path)
 
 
-def _hard_negatives(data) -> TrainingSet:
-    queries, documents = read_id_texts(data.queries), read_id_texts(data.collection)
-    rows = []
+def _hard_negatives(data: DataConfig) -> TrainingSet:
+    # validate() requires data.queries and data.collection with this format
+    queries, documents = read_id_texts(cast(str, data.queries)), read_id_texts(cast(str, data.collection))
+    rows: list[_Row] = []
     for number, line in numbered_lines(data.path):
         if data.limit is not None and number > data.limit:
             break
@@ -188,7 +196,7 @@ def _hard_negatives(data) -> TrainingSet:
 class _DocStore:
     """``doc_id → text`` over an ir_datasets docstore (looked up lazily)."""
 
-    def __init__(self, store, name: str):
+    def __init__(self, store: Any, name: str) -> None:
         self.store, self.name = store, name
 
     def __getitem__(self, key: str) -> str:
@@ -198,7 +206,7 @@ class _DocStore:
             raise InputError(f"unknown document id {key!r}", self.name) from None
 
 
-def _ir_datasets(data) -> TrainingSet:
+def _ir_datasets(data: DataConfig) -> TrainingSet:
     try:
         import ir_datasets
     except ImportError:
@@ -210,7 +218,7 @@ def _ir_datasets(data) -> TrainingSet:
     if not dataset.has_docpairs():
         raise InputError("this ir_datasets id has no training doc pairs (try msmarco-passage/train/triples-small)",
                          data.path)
-    rows = []
+    rows: list[_Row] = []
     for pair in dataset.docpairs_iter():
         if data.limit is not None and len(rows) >= data.limit:
             break
@@ -221,7 +229,7 @@ def _ir_datasets(data) -> TrainingSet:
     return TrainingSet(merge_groups(rows), queries, _DocStore(dataset.docs_store(), data.path), source=data.path)
 
 
-def _hf(data) -> TrainingSet:
+def _hf(data: DataConfig) -> TrainingSet:
     try:
         import datasets
     except ImportError:
@@ -236,7 +244,7 @@ def _hf(data) -> TrainingSet:
         table = datasets.load_dataset(data.path, data.hf_config, split=data.split)
     if len(table.column_names) < 3:
         raise InputError(f"expected columns query, positive, negative…; got {table.column_names}", data.path)
-    rows = []
+    rows: list[_Row] = []
     for number, row in enumerate(table, start=1):
         if data.limit is not None and len(rows) >= data.limit:
             break
@@ -252,8 +260,8 @@ LOADERS = {"triplets": _text_triplets, "id_triplets": _id_triplets, "hard_negati
            "ir_datasets": _ir_datasets, "hf": _hf}
 
 
-def _attach_teacher(training_set: TrainingSet, data) -> None:
-    scores = READERS[data.teacher_format](data.teacher)
+def _attach_teacher(training_set: TrainingSet, data: DataConfig) -> None:
+    scores = READERS[data.teacher_format](cast(str, data.teacher))  # called only when data.teacher is set
     for group in training_set.groups:
         for doc in (group.positive,) + group.negatives:
             if (group.query, doc) not in scores:
@@ -261,7 +269,7 @@ def _attach_teacher(training_set: TrainingSet, data) -> None:
     training_set.teacher = scores
 
 
-def load_training_set(data) -> TrainingSet:
+def load_training_set(data: DataConfig) -> TrainingSet:
     """Read the training data described by a ``DataConfig``."""
     training_set = LOADERS[data.format](data)
     if not training_set.groups:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
@@ -20,15 +22,18 @@ from spladekit.errors import SpladekitError
 from spladekit.experiments.sweep import RUN_FILE, read_evaluation
 from spladekit.train.monitors import read_metrics
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG@10", "DL19 nDCG@10"),
                  ("beir13", "nDCG@10", "BEIR-13 nDCG@10"), ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"))
 SUITE_NAMES = tuple(suite for suite, _, _ in SUITE_COLUMNS)
 PRIMARY = ("NanoBEIR nDCG@10", "BEIR-13 nDCG@10", "mean nDCG@10")
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
 
 
 def collect(directory: str | Path) -> list[dict]:
@@ -103,7 +108,7 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
     return summary
 
 
-def _format(value, column: str = "") -> str:
+def _format(value: object, column: str = "") -> str:
     if value is None:
         return ""
     if column in ("k", "inflate", "auto_k", "best_k") and isinstance(value, (int, float)):
@@ -125,7 +130,8 @@ def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
     metric = primary_metric(rows)
     if summary:
         out.write(f"\n## Best k per backbone (by {metric})\n\n")
-        out.write("| backbone | initial head norm | best k | mode | " + metric + " | k ranking | auto-k | auto-k in best two |\n")
+        # best_k() summarizes runs only when there is a primary metric
+        out.write("| backbone | initial head norm | best k | mode | " + cast(str, metric) + " | k ranking | auto-k | auto-k in best two |\n")
         out.write("|---|---|---|---|---|---|---|---|\n")
         for backbone, item in summary.items():
             out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {_format(item['best_k'], 'k')} | {item['best_mode']} | "
@@ -136,7 +142,7 @@ def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
     return out.getvalue()
 
 
-def _save(figure, path: Path) -> Path:
+def _save(figure: Figure, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()

@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, Union
+from typing import Any, Literal, Union, cast
 
 from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
@@ -91,14 +91,14 @@ class Cell:
 
 
 # ------------------------------------------------------------------------------------------- config
-def _check_k(value, where: str, source: str) -> float | str:
+def _check_k(value: object, where: str, source: str) -> float | str:
     try:
         return parse_k(value, allow_auto=True)
     except SpladekitError as error:
         raise InputError(f"{where}: {error}", source) from None
 
 
-def _check_modes(values, where: str, source: str) -> list[str]:
+def _check_modes(values: list, where: str, source: str) -> list[str]:
     for mode in values:
         if mode not in (*RESCALE_MODES, "auto"):
             raise InputError(f"{where}: rescale mode must be 'tied', 'untie' or 'auto', got {mode!r}", source)
@@ -292,12 +292,13 @@ def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
             config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
                                                 local_files_only=not online)
             text = config.get_text_config()
-            hidden = getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None) or getattr(text, "dim", 768)
+            hidden = cast(int, getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None)
+                          or getattr(text, "dim", 768))
             recipe = _run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id)
             flops = estimate_step_flops(parameters, text.vocab_size, hidden, recipe)
             estimates[spec.name] = recipe.get("optimization", {}).get("steps", 1000) * flops / throughput
     cells = plan(sweep)
-    rows = [{"run": cell.name, "backbone": cell.backbone, "k": cell.k, "mode": cell.mode,
+    rows: list[dict[str, Any]] = [{"run": cell.name, "backbone": cell.backbone, "k": cell.k, "mode": cell.mode,
              "backbone_check": checks.get(cell.backbone, "failed"),
              "estimated_train_seconds": None if cell.backbone not in estimates else round(estimates[cell.backbone])}
             for cell in cells]

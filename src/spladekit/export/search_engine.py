@@ -168,8 +168,8 @@ def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = Fa
 
     from spladekit.foreign_models import resolve_model_folder
 
-    source = Path(model)
-    source = resolve_model_folder(source).path if source.exists() else str(model)
+    local = Path(model)
+    source = resolve_model_folder(local).path if local.exists() else str(model)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from spladekit.atomic import atomic_directory
 from spladekit.backbone import quiet_transformers
 from spladekit.errors import SpladekitError
 
+if TYPE_CHECKING:
+    from spladekit.encoder import SparseEncoder
+
 STAGED_MODEL = "_mlm"
 
 
-def _sentence_transformers():
+def _sentence_transformers() -> ModuleType:
     try:
         from sentence_transformers import sparse_encoder
     except ImportError:
@@ -30,7 +35,7 @@ def _sentence_transformers():
     return sparse_encoder
 
 
-def export_sentence_transformers(encoder, output: str | Path, overwrite: bool = False,
+def export_sentence_transformers(encoder: SparseEncoder, output: str | Path, overwrite: bool = False,
                                  trust_remote_code: bool = False) -> Path:
     """Write ``encoder`` (a spladekit ``SparseEncoder``) as a sentence-transformers SparseEncoder folder."""
     st = _sentence_transformers()
@@ -40,7 +45,7 @@ def export_sentence_transformers(encoder, output: str | Path, overwrite: bool = 
     return output
 
 
-def _write(st, encoder, output: Path, overwrite: bool, trust_remote_code: bool) -> None:
+def _write(st: ModuleType, encoder: SparseEncoder, output: Path, overwrite: bool, trust_remote_code: bool) -> None:
     from spladekit.encoder import METADATA_FILE
     from spladekit.model_card import write_model_card
 

@@ -1,5 +1,9 @@
 """Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, qdrant."""
 
+from typing import Any
+
+import scipy.sparse as sp
+
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult
 from spladekit.index.bmp import BmpSearcher
@@ -21,7 +25,7 @@ def backend_class(backend: str) -> type[Searcher]:
     return BACKENDS[backend]
 
 
-def build_index(documents, backend: str = "exact", **params) -> Searcher:
+def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any) -> Searcher:
     """Build the named backend over a CSR document matrix (n_docs × V). ``params``: the backend's declared
     parameters, typed or as strings (``"64"``, ``"true"``); checked before any work, unset ones default."""
     searcher = backend_class(backend)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,14 +51,14 @@ class Searcher(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def build(cls, documents: sp.csr_matrix, **params) -> Searcher: ...
+    def build(cls, documents: sp.csr_matrix, **params: Any) -> Searcher: ...
 
     @abc.abstractmethod
-    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k per query; ``params``: the backend's search parameters (default: the index's)."""
 
     def search_batches(self, queries: sp.csr_matrix, k: int = 10, batch_size: int = 256,
-                       show_progress: bool = True, **params) -> SearchResult:
+                       show_progress: bool = True, **params: Any) -> SearchResult:
         """``search`` over consecutive query batches, with a progress bar (long runs: MS MARCO dev)."""
         from tqdm.auto import tqdm
 

@@ -28,7 +28,9 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -59,7 +61,7 @@ PARAMS = (
 
 
 @contextlib.contextmanager
-def _stderr_silenced():
+def _stderr_silenced() -> Iterator[None]:
     """Send file descriptor 2 to /dev/null for the duration (Rust panics print there directly)."""
     saved = os.dup(2)
     with open(os.devnull, "w") as sink:
@@ -87,7 +89,7 @@ class BmpSearcher(Searcher):
     declared_params = PARAMS
 
     def __init__(self, path: Path, vocab_size: int, n_docs: int, params: dict, terms: np.ndarray,
-                 staging: tempfile.TemporaryDirectory | None = None):
+                 staging: tempfile.TemporaryDirectory[str] | None = None) -> None:
         import bmp
 
         self._staging = staging  # a freshly built index file lives here as long as the searcher
@@ -99,7 +101,7 @@ class BmpSearcher(Searcher):
         self.terms = terms  # bool mask of terms that have postings (BMP cannot take unknown terms)
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, show_progress: bool = False, **params) -> BmpSearcher:
+    def build(cls, documents: sp.csr_matrix, show_progress: bool = False, **params: Any) -> BmpSearcher:
         import bmp
 
         params = cls.defaults() | cls.check_params(params)
@@ -130,7 +132,8 @@ class BmpSearcher(Searcher):
         terms[documents.indices] = True
         return cls(path, documents.shape[1], documents.shape[0], params, terms, staging)
 
-    def _search_one(self, indices: np.ndarray, values: np.ndarray, k: int, alpha: float, beta: float):
+    def _search_one(self, indices: np.ndarray, values: np.ndarray, k: int, alpha: float,
+                    beta: float) -> tuple[np.ndarray, np.ndarray]:
         known = self.terms[indices]
         indices, values = indices[known], values[known]
         if len(indices) == 0:
@@ -138,10 +141,10 @@ class BmpSearcher(Searcher):
         query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max(), minimum=1,
                                                                  dtype=np.int64).tolist()))
         query[SENTINEL] = 1
-        docs, scores = self._bmp_search(query, k + 1, alpha, beta)
+        docs, found = self._bmp_search(query, k + 1, alpha, beta)
         real = [i for i, doc in enumerate(docs) if doc.isdigit()]
         rows = np.array([int(docs[i]) for i in real], dtype=np.int64)
-        scores = np.array([scores[i] for i in real], dtype=np.float32)
+        scores = np.array([found[i] for i in real], dtype=np.float32)
         order = best_first(rows, scores, k)
         return rows[order], scores[order]
 
@@ -163,7 +166,7 @@ class BmpSearcher(Searcher):
                     return [], []
                 wanted *= 2
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """``params``: alpha, beta (default: the index's)."""
         settings = self.search_settings(params)
         queries = self.check_queries(queries)

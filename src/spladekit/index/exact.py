@@ -12,6 +12,7 @@ share no term with the query (score 0) are not returned; the result is padded wi
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,20 +34,20 @@ class ExactSearcher(Searcher):
               minimum=1),
     )
 
-    def __init__(self, postings: sp.csr_matrix, params: dict):
+    def __init__(self, postings: sp.csr_matrix, params: dict) -> None:
         self.postings = postings
         self.vocab_size, self.n_docs = postings.shape
         self.params = params
         self.query_batch = params["query_batch"]
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, **params) -> ExactSearcher:
+    def build(cls, documents: sp.csr_matrix, **params: Any) -> ExactSearcher:
         params = cls.defaults() | cls.check_params(params)
         postings = check_documents(documents).T.tocsr()
         postings.sort_indices()
         return cls(postings, params)
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         self.check_params(params, "search")  # exact search has no parameters: refuse any, clearly
         queries = self.check_queries(queries)
         hits = []

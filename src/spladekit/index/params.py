@@ -15,6 +15,7 @@ import json
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 from spladekit.errors import SpladekitError
 
@@ -37,7 +38,7 @@ class Param:
     maximum: float | None = None
     exclusive_minimum: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.type not in TYPES or self.role not in ROLES:
             raise TypeError(f"{self.name}: type must be one of {TYPES} and role one of {ROLES}")
 
@@ -60,7 +61,7 @@ class Param:
         role = "search; " if self.role == "search" else ""
         return f"{self.name} ({role}{self.allowed()}; default {default}): {self.help}"
 
-    def convert(self, value):
+    def convert(self, value: object) -> Any:
         """``value`` (a string from the command line, or a Python value) as the declared type, checked;
         ValueError when it is not one of the allowed values."""
         if value is None and self.default is None:
@@ -82,7 +83,7 @@ class Param:
         return self.maximum is None or number <= self.maximum
 
 
-def _to_bool(value) -> bool:
+def _to_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.strip().lower() in TRUE + FALSE:
@@ -90,7 +91,7 @@ def _to_bool(value) -> bool:
     raise ValueError
 
 
-def _to_number(value, kind: type) -> int | float:
+def _to_number(value: object, kind: type) -> int | float:
     """int: an integral number or its decimal string; float: any real number or its string (bools refused)."""
     if isinstance(value, bool):
         raise ValueError

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -27,13 +29,17 @@ from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
 from spladekit.vectors_ops import best_first
 
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+    from qdrant_client.models import SparseVector
+
 DOCUMENTS_FILE = "documents.npz"
 DEFAULT_COLLECTION = "spladekit"
 DEFAULT_VECTOR = "splade"
 API_KEY_VARIABLE = "QDRANT_API_KEY"
 
 
-def _qdrant():
+def _qdrant() -> ModuleType:
     try:
         import qdrant_client
     except ImportError:
@@ -41,7 +47,7 @@ def _qdrant():
     return qdrant_client
 
 
-def connect(url: str | None = None, api_key: str | None = None, path: str | Path | None = None):
+def connect(url: str | None = None, api_key: str | None = None, path: str | Path | None = None) -> QdrantClient:
     """A Qdrant client: server at ``url``, local storage at ``path``, else embedded in memory."""
     qdrant_client = _qdrant()
     if url is not None:
@@ -51,7 +57,7 @@ def connect(url: str | None = None, api_key: str | None = None, path: str | Path
     return qdrant_client.QdrantClient(":memory:")
 
 
-def _sparse(models, vectors: sp.csr_matrix, row: int):
+def _sparse(models: ModuleType, vectors: sp.csr_matrix, row: int) -> SparseVector:
     start, end = vectors.indptr[row], vectors.indptr[row + 1]
     return models.SparseVector(indices=vectors.indices[start:end].tolist(), values=vectors.data[start:end].tolist())
 
@@ -70,7 +76,8 @@ class QdrantSearcher(Searcher):
         Param("recreate", bool, False, "replace an existing collection of that name"),
     )
 
-    def __init__(self, client, vocab_size: int, n_docs: int, params: dict, documents: sp.csr_matrix | None = None):
+    def __init__(self, client: QdrantClient, vocab_size: int, n_docs: int, params: dict,
+                 documents: sp.csr_matrix | None = None) -> None:
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
         self.collection, self.vector_name, self.url = params["collection"], params["vector_name"], params["url"]
@@ -85,7 +92,7 @@ class QdrantSearcher(Searcher):
         doc_ids: list[str] | None = None,
         api_key: str | None = None,
         path: str | Path | None = None,
-        **params,
+        **params: Any,
     ) -> QdrantSearcher:
         """Upload ``documents`` (CSR, n × V) into ``collection``: on the server at ``url``, in qdrant-client's
         local storage at ``path``, else embedded in memory. ``recreate`` replaces an existing collection."""
@@ -127,7 +134,7 @@ class QdrantSearcher(Searcher):
         self.client.upload_points(self.collection, points, batch_size=batch_size, wait=True)
 
     # ------------------------------------------------------------------ searching
-    def _query(self, models, queries: sp.csr_matrix, rows: list[int],
+    def _query(self, models: ModuleType, queries: sp.csr_matrix, rows: list[int],
                limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query row: the hits with a positive score as (document rows, scores), best first."""
         requests = [
@@ -144,7 +151,7 @@ class QdrantSearcher(Searcher):
             ranked.append((found[order], scores[order]))
         return ranked
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
         self.check_params(params, "search")  # Qdrant's exact search has no parameters: refuse any, clearly
         if k < 1:

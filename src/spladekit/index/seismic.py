@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,7 +46,7 @@ PARAMS = (
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr():
+def _stdout_to_stderr() -> Iterator[None]:
     """Seismic prints progress on the process's stdout; keep stdout clean for --json output."""
     sys.stdout.flush()
     saved = os.dup(1)
@@ -62,14 +64,14 @@ class SeismicSearcher(Searcher):
     summary = "approximate: pruned, clustered posting lists with summaries"
     declared_params = PARAMS
 
-    def __init__(self, index, vocab_size: int, n_docs: int, params: dict):
+    def __init__(self, index: Any, vocab_size: int, n_docs: int, params: dict) -> None:
         self.index = index
         self.vocab_size = vocab_size
         self.n_docs = n_docs
         self.params = params
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, **params) -> SeismicSearcher:
+    def build(cls, documents: sp.csr_matrix, **params: Any) -> SeismicSearcher:
         import seismic
 
         params = cls.defaults() | cls.check_params(params)
@@ -86,7 +88,7 @@ class SeismicSearcher(Searcher):
             )
         return cls(index, documents.shape[1], documents.shape[0], params)
 
-    def search(self, queries: sp.csr_matrix, k: int = 10, **params) -> SearchResult:
+    def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """``params``: query_cut, heap_factor, num_threads (default: the index's)."""
         import seismic
 

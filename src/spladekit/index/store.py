@@ -11,9 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spladekit.atomic import atomic_directory
 from spladekit.errors import InputError, SpladekitError
+
+if TYPE_CHECKING:
+    from spladekit.index.base import Searcher
 
 FORMAT = "spladekit-index"
 FORMAT_VERSION = 1
@@ -29,7 +33,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def write_index(path: str | Path, searcher, meta: dict | None = None, overwrite: bool = False) -> Path:
+def write_index(path: str | Path, searcher: Searcher, meta: dict | None = None, overwrite: bool = False) -> Path:
     """Write ``searcher`` (and its ``doc_ids``, if any) as an index folder."""
     with atomic_directory(path, overwrite=overwrite) as staging:
         searcher.write_files(staging)
@@ -79,7 +83,7 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
-def read_index(path: str | Path):
+def read_index(path: str | Path) -> Searcher:
     """Load any index folder with the backend named in its manifest."""
     from spladekit.index import BACKENDS
 

@@ -16,17 +16,21 @@ import json
 import pickle  # only for its error type: torch.load(weights_only=True) refuses arbitrary pickles
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from spladekit.atomic import atomic_directory
 from spladekit.errors import SpladekitError
 
+if TYPE_CHECKING:
+    from spladekit.encoder import SparseEncoder
+
 PREFIX = "step-"
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state()}
+    state: dict[str, torch.Tensor | list[torch.Tensor]] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -48,7 +52,8 @@ def checkpoints(output: Path) -> list[Path]:
     return sorted(found, key=lambda path: int(path.name[len(PREFIX):]))
 
 
-def save_checkpoint(output: Path, step: int, encoder, optimizer, scheduler, keep: int) -> Path:
+def save_checkpoint(output: Path, step: int, encoder: SparseEncoder, optimizer: torch.optim.Optimizer,
+                    scheduler: torch.optim.lr_scheduler.LRScheduler, keep: int) -> Path:
     target = Path(output) / "checkpoints" / f"{PREFIX}{step:08d}"
     with atomic_directory(target, overwrite=True) as staging:
         encoder.save(staging / "model")
@@ -60,7 +65,8 @@ def save_checkpoint(output: Path, step: int, encoder, optimizer, scheduler, keep
     return target
 
 
-def load_training_state(checkpoint: Path, optimizer, scheduler) -> int:
+def load_training_state(checkpoint: Path, optimizer: torch.optim.Optimizer,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler) -> int:
     """Restore optimizer, scheduler and RNG states; return the step the checkpoint was taken after."""
     try:
         state = torch.load(Path(checkpoint) / "state.pt", weights_only=True, map_location="cpu")

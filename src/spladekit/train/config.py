@@ -12,9 +12,10 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Union
+from typing import Any, Literal, NoReturn, Union
 
 import yaml
 
@@ -119,7 +120,7 @@ class TrainConfig:
 
 
 # ----------------------------------------------------------------------------- building and checking
-def _all_keys(cls, prefix: str = "") -> list[str]:
+def _all_keys(cls: Any, prefix: str = "") -> list[str]:
     keys = []
     for item in dataclasses.fields(cls):
         hint = typing.get_type_hints(cls)[item.name]
@@ -135,14 +136,14 @@ def _unknown_key(key: str, source: str | None, candidates: list[str] | None = No
     return InputError(f"unknown config key {key!r}{hint}", source)
 
 
-def _options(hint) -> tuple:
+def _options(hint: Any) -> tuple:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         return typing.get_args(hint)
     return (hint,)
 
 
-def _coerce(value, hint, key: str, source: str | None):
+def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
     """``value`` as the type ``hint`` allows (YAML gives '5e-5' as a string: floats are parsed)."""
     choices: list = []
     for option in _options(hint):
@@ -176,7 +177,7 @@ def _coerce(value, hint, key: str, source: str | None):
     raise InputError(f"config key {key!r}: expected {expected}, got {value!r}{hint_text}", source)
 
 
-def build_dataclass(cls, values: dict, prefix: str, source: str | None):
+def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> Any:
     if not isinstance(values, dict):
         raise InputError(f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping", source)
     hints = typing.get_type_hints(cls)
@@ -219,7 +220,7 @@ def config_from_dict(values: dict, source: str | None = None) -> TrainConfig:
     return config
 
 
-def read_yaml(path: Path, what: str = "file"):
+def read_yaml(path: Path, what: str = "file") -> Any:
     """Parse a YAML file; a syntax error names the file and line."""
     if not path.is_file():
         raise InputError(f"no such {what}", path)
@@ -231,7 +232,7 @@ def read_yaml(path: Path, what: str = "file"):
                          None if mark is None else mark.line + 1) from None
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read ``path`` (YAML), apply ``--set`` overrides, check everything against the schema."""
     values: dict = {}
     source = None
@@ -253,7 +254,7 @@ def save_config(config: TrainConfig, path: Path, header: str = "") -> None:
 
 def validate(config: TrainConfig, source: str | None = None) -> None:
     """Value ranges and combinations that cannot work together."""
-    def fail(message: str):
+    def fail(message: str) -> NoReturn:
         raise InputError(message, source)
 
     if not config.backbone.id:

@@ -31,8 +31,10 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -108,7 +110,8 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Spa
 
 def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
     """A copy of ``config`` with ``rescale.k/mode`` as applied (the input is never modified)."""
-    mode = config.rescale.mode if record.mode == "none" else record.mode
+    # record.mode is tied or untie unless "none" (resolve_rescale checked it)
+    mode = config.rescale.mode if record.mode == "none" else cast(Literal["tied", "untie"], record.mode)
     return dataclasses.replace(config, rescale=dataclasses.replace(config.rescale, k=record.k, mode=mode))
 
 
@@ -161,7 +164,8 @@ def parameter_groups(encoder: SparseEncoder, weight_decay: float, decay_embeddin
     (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
     during training, which interacts with the head rescaling under study."""
     embeddings = encoder.model.get_input_embeddings().weight
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for parameter in encoder.parameters():
         if not parameter.requires_grad:
             continue
@@ -171,7 +175,8 @@ def parameter_groups(encoder: SparseEncoder, weight_decay: float, decay_embeddin
 
 
 # ------------------------------------------------------------------------------------------ one step
-def encode_examples(encoder: SparseEncoder, examples: list[Example], config: TrainConfig, device: torch.device):
+def encode_examples(encoder: SparseEncoder, examples: list[Example], config: TrainConfig,
+                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.optimization.bf16):
         queries = encoder(encoder.tokenize([e.query for e in examples], config.data.query_max_length))
@@ -181,7 +186,8 @@ def encode_examples(encoder: SparseEncoder, examples: list[Example], config: Tra
     return queries.float(), docs[:b].float(), docs[b:].float().view(b, config.data.negatives, -1)
 
 
-def objective(q, p, n, teacher, lambdas: tuple[float, float], config: TrainConfig):
+def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None,
+              lambdas: tuple[float, float], config: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
     """Total loss (a tensor) and its parts (floats) on the full batch."""
     ranking = LOSSES[config.loss.name](q, p, n, teacher)
     docs = torch.cat([p, n.flatten(0, 1)])
@@ -194,24 +200,27 @@ def objective(q, p, n, teacher, lambdas: tuple[float, float], config: TrainConfi
     return total, {name: float(value.detach()) for name, value in parts.items()}
 
 
-def forward_backward(encoder, micro_batches, teacher, lambdas, config, processes):
+def forward_backward(encoder: SparseEncoder, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
+                     lambdas: tuple[float, float], config: TrainConfig,
+                     processes: distributed.Processes) -> tuple[float, dict[str, float]]:
     """Gradients of the full-batch objective (see the module docstring); returns (loss, parts)."""
     device = processes.device
 
-    def full_batch_loss(reps_per_micro):
+    def full_batch_loss(reps_per_micro: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor, dict[str, float]]:
         full = [torch.cat([distributed.gather(reps[i], processes) for reps in reps_per_micro]) for i in range(3)]
-        return objective(*full[:3], teacher, lambdas, config)
+        return objective(full[0], full[1], full[2], teacher, lambdas, config)
 
     if len(micro_batches) == 1:
         total, parts = full_batch_loss([encode_examples(encoder, micro_batches[0], config, device)])
         total.backward()
         return float(total.detach()), parts
-    states, cached = [], []
+    states: list[dict] = []
+    cached: list[list[torch.Tensor]] = []
     for micro in micro_batches:  # pass 1: vectors of every micro-batch, no graph
         states.append(rng_state())
         with torch.no_grad():
-            reps = encode_examples(encoder, micro, config, device)
-        cached.append([x.detach().requires_grad_() for x in reps])
+            vectors = encode_examples(encoder, micro, config, device)
+        cached.append([x.detach().requires_grad_() for x in vectors])
     total, parts = full_batch_loss(cached)
     total.backward()  # d loss / d cached vectors
     for micro, state, reps in zip(micro_batches, states, cached):  # pass 2: into the model
@@ -220,7 +229,7 @@ def forward_backward(encoder, micro_batches, teacher, lambdas, config, processes
     return float(total.detach()), parts
 
 
-def split_batch(examples: list[Example], accumulation: int, processes) -> list[list[Example]]:
+def split_batch(examples: list[Example], accumulation: int, processes: distributed.Processes) -> list[list[Example]]:
     """This process's share of each micro-batch: micro-batch j, rank r gets a contiguous slice, so the
     gathered order (micro-batch, then rank) is the order of the examples."""
     micro = len(examples) // accumulation
@@ -232,7 +241,8 @@ def split_batch(examples: list[Example], accumulation: int, processes) -> list[l
 def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: MetricsLog) -> None:
     """Evaluate the model as it is now with ``spladekit.evaluate`` and log the results."""
     setting = config.evaluation
-    result = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
+    # called only when evaluation.data is set
+    result = evaluate_data(encoder, cast(str, setting.data), split=setting.split, batch_size=setting.batch_size,
                            max_length=setting.max_length or config.data.doc_max_length, cache=False,
                            show_progress=False)
     log.write({"step": step, **result.to_dict()})
@@ -240,7 +250,7 @@ def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: 
                 ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()))
 
 
-def teacher_scores(examples: list[Example], device) -> torch.Tensor | None:
+def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tensor | None:
     if examples[0].teacher is None:
         return None
     return torch.tensor([e.teacher for e in examples], dtype=torch.float32, device=device)
@@ -258,7 +268,8 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
         distributed.teardown(processes)
 
 
-def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes) -> TrainedRun:
+def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
+           processes: distributed.Processes) -> TrainedRun:
     opt, log = config.optimization, config.logging
     if opt.batch_size % (opt.accumulation * processes.world_size):
         raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "

@@ -7,6 +7,8 @@ mean over the batch, so gathering the batch of several processes gives the loss 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -56,4 +58,5 @@ def kl_distillation(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: 
     return F.kl_div(student, target, reduction="batchmean", log_target=True)
 
 
-LOSSES = {"infonce": in_batch_nll, "margin_mse": margin_mse, "kl": kl_distillation}
+# (q, p, n, teacher) -> loss; teacher is None only for infonce (the distillation losses need it)
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {"infonce": in_batch_nll, "margin_mse": margin_mse, "kl": kl_distillation}
