@@ -16,7 +16,10 @@ $(BIN)/spladekit: pyproject.toml
 
 install: $(BIN)/spladekit
 
+# Static checks first (ruff, mypy: configured in pyproject.toml), then the whole default suite.
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The main job: diagnose -> rescale (auto-k) -> short training -> evaluate -> plots + summary, offline

@@ -19,6 +19,7 @@ from spladekit.backbone import Backbone, load_backbone, projection_bypassed, qui
 from spladekit.data.lines import read_json
 from spladekit.errors import SpladekitError
 from spladekit.head import rescale, rescale_record
+from spladekit.model_card import write_model_card
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from spladekit.vectors import dense_to_csr
 
@@ -49,6 +50,7 @@ class SparseEncoder(nn.Module):
         self.model = backbone.model
         self.tokenizer = backbone.tokenizer
         self.source = backbone.source
+        self.original_backbone = backbone.source  # where a saved spladekit model's training started
         self.fresh_keys = list(backbone.fresh_keys)
         self.max_length = max_length
         accepted = inspect.signature(self.model.forward).parameters
@@ -77,6 +79,7 @@ class SparseEncoder(nn.Module):
         max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
                       or DEFAULT_MAX_LENGTH)
         encoder = cls(backbone, max_length=max_length, pooling=pooling)
+        encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
         if rescale_k is not None:
             applied = rescale_record(encoder.model)
             wanted = {"k": float(rescale_k), "mode": rescale_mode, "rescale_bias": rescale_bias}
@@ -95,7 +98,6 @@ class SparseEncoder(nn.Module):
         An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
         """
         from spladekit import __version__
-        from spladekit.model_card import write_model_card  # the card reads this module's metadata
 
         with atomic_directory(directory, overwrite=overwrite) as staging:
             with quiet_transformers():
@@ -103,7 +105,7 @@ class SparseEncoder(nn.Module):
             self.tokenizer.save_pretrained(staging)
             metadata = {
                 "spladekit_version": __version__,
-                "backbone": self.source,
+                "backbone": self.original_backbone,
                 "max_length": self.max_length,
                 "rescale": rescale_record(self.model),
                 "pooling": "max log(1 + relu(logits)) over non-padding tokens",

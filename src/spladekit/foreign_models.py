@@ -22,13 +22,12 @@ a path it does not recognise comes back unchanged (plain HF folders, spladekit f
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from spladekit.data.lines import read_json
 from spladekit.errors import InputError
 
 ST_MODULES_FILE = "modules.json"
@@ -64,11 +63,6 @@ def resolve_model_folder(path: str | Path) -> ResolvedModel:
 
 
 # ----------------------------------------------------------------------------- sentence-transformers
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"invalid JSON: {error.msg}", path, error.lineno) from None
 
 
 def _module_kind(module: dict) -> str:
@@ -77,7 +71,7 @@ def _module_kind(module: dict) -> str:
 
 def _resolve_sentence_transformers(root: Path) -> ResolvedModel:
     modules_file = root / ST_MODULES_FILE
-    modules = _read_json(modules_file)
+    modules = read_json(modules_file, list)
     if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
         raise InputError("expected a JSON list of module objects", modules_file)
     kinds = [_module_kind(module) for module in modules]
@@ -98,7 +92,7 @@ def _resolve_sentence_transformers(root: Path) -> ResolvedModel:
 
 
 def _check_pooling(config_file: Path) -> None:
-    config = _read_json(config_file) if config_file.is_file() else {}
+    config = read_json(config_file, dict) if config_file.is_file() else {}
     strategy = config.get("pooling_strategy", "max")
     activation = config.get("activation_function", "relu")
     if (strategy, activation) != ("max", "relu"):
@@ -113,12 +107,12 @@ def _st_settings(folder: Path) -> dict:
     for name in ST_TRANSFORMER_CONFIGS:  # sentence-transformers < 5.4 stored max_seq_length here
         config_file = folder / name
         if config_file.is_file():
-            length = _read_json(config_file).get("max_seq_length")
+            length = read_json(config_file, dict).get("max_seq_length")
             if length:
                 return {"max_length": int(length)}
     tokenizer_config = folder / "tokenizer_config.json"
     if tokenizer_config.is_file():
-        length = _read_json(tokenizer_config).get("model_max_length")
+        length = read_json(tokenizer_config, dict).get("model_max_length")
         if isinstance(length, (int, float)) and 0 < length < MAX_SENSIBLE_LENGTH:
             return {"max_length": int(length)}
     return {}

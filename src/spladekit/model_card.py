@@ -8,7 +8,6 @@ metadata block is written by ``huggingface_hub.ModelCard`` so that the Hub reads
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from spladekit.atomic import atomic_file
 from spladekit.evaluation_result import EvaluationResult
+from spladekit.head import head_norms, rescale_record
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
@@ -39,19 +39,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
-def original_backbone(encoder: SparseEncoder) -> str:
-    """The backbone a saved spladekit model came from (its ``spladekit.json``), else where it was loaded."""
-    from spladekit.encoder import METADATA_FILE
-
-    metadata = Path(encoder.source) / METADATA_FILE
-    if metadata.is_file():
-        return str(json.loads(metadata.read_text(encoding="utf-8")).get("backbone") or encoder.source)
-    return str(encoder.source)
-
-
 def _overview(encoder: SparseEncoder, name: str) -> list[str]:
-    from spladekit.head import rescale_record
-
     config = encoder.model.config
     record = rescale_record(encoder.model)
     rescaled = "not rescaled (k = 1)" if record is None else (
@@ -62,15 +50,13 @@ def _overview(encoder: SparseEncoder, name: str) -> list[str]:
         "", f"# {name}", "",
         ("SPLADE learned-sparse retriever built with spladekit: "
          "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."), "",
-        f"- **Backbone:** `{original_backbone(encoder)}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
+        f"- **Backbone:** `{encoder.original_backbone}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
         f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens",
         f"- **Head rescaling:** {rescaled}",
     ]
 
 
 def _norms(encoder: SparseEncoder, training: dict | None) -> list[str]:
-    from spladekit.head import head_norms
-
     final = head_norms(encoder.model)
     initial = (training or {}).get("initial_head_norms")
     header = ["head norm", "initial", "final"] if initial else ["head norm", "value"]

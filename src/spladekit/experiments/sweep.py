@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union, cast
+from typing import Any, Literal, Union
 
 from spladekit.atomic import atomic_file
 from spladekit.data.lines import read_json
@@ -292,8 +292,8 @@ def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
             config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
                                                 local_files_only=not online)
             text = config.get_text_config()
-            hidden = cast(int, getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None)
-                          or getattr(text, "dim", 768))
+            hidden = int(getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None)
+                         or getattr(text, "dim", None) or 768)
             recipe = _run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id)
             flops = estimate_step_flops(parameters, text.vocab_size, hidden, recipe)
             estimates[spec.name] = recipe.get("optimization", {}).get("steps", 1000) * flops / throughput

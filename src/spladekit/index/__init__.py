@@ -1,17 +1,18 @@
 """Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, qdrant."""
 
+from pathlib import Path
 from typing import Any
 
 import scipy.sparse as sp
 
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from spladekit.index.base import Searcher, SearchResult
 from spladekit.index.bmp import BmpSearcher
 from spladekit.index.exact import ExactSearcher
 from spladekit.index.params import Param
 from spladekit.index.qdrant import QdrantSearcher
 from spladekit.index.seismic import SeismicSearcher
-from spladekit.index.store import read_index as load_index
+from spladekit.index.store import MANIFEST, read_manifest, read_searcher
 
 BACKENDS: dict[str, type[Searcher]] = {
     searcher.name: searcher for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, QdrantSearcher)
@@ -23,6 +24,14 @@ def backend_class(backend: str) -> type[Searcher]:
     if backend not in BACKENDS:
         raise SpladekitError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     return BACKENDS[backend]
+
+
+def load_index(path: str | Path) -> Searcher:
+    """Load any index folder with the backend named in its (verified) manifest."""
+    backend = read_manifest(path)["backend"]
+    if backend not in BACKENDS:
+        raise InputError(f"unknown index backend {backend!r}", Path(path) / MANIFEST)
+    return read_searcher(path, BACKENDS[backend])
 
 
 def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any) -> Searcher:

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
 from spladekit.index.params import Param, check_values
+from spladekit.index.store import read_searcher, write_index
 
 
 @dataclass
@@ -82,18 +83,11 @@ class Searcher(abc.ABC):
         """Rebuild the searcher from ``folder`` (checksums already verified)."""
 
     def save(self, path: str | Path, meta: dict | None = None, overwrite: bool = False) -> None:
-        from spladekit.index.store import write_index
-
         write_index(path, self, meta=meta, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> Searcher:
-        from spladekit.index.store import read_index
-
-        searcher = read_index(path)
-        if not isinstance(searcher, cls):
-            raise SpladekitError(f"{path}: this is a {searcher.name!r} index, not {cls.name!r}")
-        return searcher
+        return read_searcher(path, cls)
 
     @classmethod
     def check_params(cls, values: dict, role: str = "build") -> dict:

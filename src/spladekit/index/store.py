@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spladekit.atomic import atomic_directory
+from spladekit.data.lines import read_json
 from spladekit.errors import InputError, SpladekitError
 
 if TYPE_CHECKING:
@@ -83,16 +84,13 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
-def read_index(path: str | Path) -> Searcher:
-    """Load any index folder with the backend named in its manifest."""
-    from spladekit.index import BACKENDS
-
+def read_searcher(path: str | Path, backend: type[Searcher]) -> Searcher:
+    """Load the index folder ``path`` with ``backend``, which must be the one named in its manifest."""
     path = Path(path)
     manifest = read_manifest(path)
-    backend = BACKENDS.get(manifest["backend"])
-    if backend is None:
-        raise InputError(f"unknown index backend {manifest['backend']!r}", path / MANIFEST)
+    if manifest["backend"] != backend.name:
+        raise SpladekitError(f"{path}: this is a {manifest['backend']!r} index, not {backend.name!r}")
     searcher = backend.read_files(path, manifest)
     ids_path = path / IDS_FILE
-    searcher.doc_ids = json.loads(ids_path.read_text(encoding="utf-8")) if ids_path.is_file() else None
+    searcher.doc_ids = read_json(ids_path, list) if ids_path.is_file() else None
     return searcher
