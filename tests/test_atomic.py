@@ -203,3 +203,12 @@ def test_in_place_output_is_locked_and_put_back_when_the_new_run_fails(tmp_path)
         run.mkdir()
         (run / "model").write_text("new")
     assert (run / "model").read_text() == "new" and hidden(tmp_path) == []
+
+
+def test_disk_full_while_writing_is_one_clear_error_and_leaves_nothing(tmp_path):
+    import errno
+
+    for opened in (atomic_directory(tmp_path / "folder"), atomic_file(tmp_path / "file.json")):
+        with pytest.raises(SpladekitError, match="no space left on device"), opened:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "somewhere"))
+    assert list(tmp_path.iterdir()) == []
