@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -116,3 +118,66 @@ def test_every_command_documents_every_option():
             label = param.opts[0] if param.param_type_name == "option" else param.metavar or param.name
             assert readable(param.help or ""), f"{name} {label}: no description"
             assert f"{label} " in shown and readable(param.help) in shown, f"{name} {label}"
+
+
+def test_every_command_that_writes_an_output_has_overwrite():
+    """The "already exists" error suggests --overwrite: every command with an --output offers it (sweep
+    resumes its folder instead)."""
+    from typer.main import get_command
+
+    from spladekit.cli import app
+
+    for name, command in get_command(app).commands.items():
+        options = {opt for param in command.params for opt in param.opts}
+        if "--output" in options and name != "sweep":
+            assert "--overwrite" in options, name
+
+
+def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respected(tiny_model_dirs, tmp_path):
+    model = tiny_model_dirs["bert"]
+    report = tmp_path / "report.json"
+    report.write_text("keep")
+    result = spladekit("diagnose", model, "--output", report)
+    assert result.returncode == 2 and "already exists" in result.stderr and "--overwrite" in result.stderr
+    assert report.read_text() == "keep"
+    result = subprocess.run([sys.executable, "-m", "spladekit", "diagnose", str(model), "--output", str(report),
+                             "--overwrite"], capture_output=True, text=True, preexec_fn=lambda: os.umask(0o002))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(report.read_text())["architecture"] == "BertForMaskedLM"
+    assert stat.S_IMODE(report.stat().st_mode) == 0o664  # not mkstemp's 0600
+    (tmp_path / "folder.json").mkdir()
+    result = spladekit("diagnose", model, "--output", tmp_path / "folder.json", "--overwrite")
+    assert result.returncode == 2 and "is a folder" in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_unwritable_output_fails_at_once_as_one_line(tiny_model_dirs, tmp_path, corpus):
+    (tmp_path / "a-file").write_text("x")
+    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "a-file" / "vectors")
+    assert result.returncode == 2, result.stderr
+    assert "a parent is a file" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = spladekit("rescale", tiny_model_dirs["bert"], "--k", "2", "--output", tmp_path / "a-file")
+    assert result.returncode == 2 and "a file is in the way" in result.stderr
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_output_folder_fails_at_once(tiny_model_dirs, tmp_path, corpus):
+    (tmp_path / "ro").mkdir(mode=0o555)
+    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "ro" / "vectors")
+    assert result.returncode == 2 and "permission denied" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_model_dirs, tmp_path, corpus):
+    from spladekit.atomic import open_output
+
+    target = tmp_path / "vectors"
+    with open_output(target, folder=True) as first:  # the first writer, still encoding
+        result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target)
+        assert result.returncode == 2 and "is writing this output" in result.stderr
+        (first.staging / "mine").write_text("mine")
+    assert [p.name for p in target.iterdir()] == ["mine"]
+    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert Vectors.load(target).ids == ["d1", "d2", "d3"] and not (target / "mine").exists()

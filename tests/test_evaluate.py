@@ -184,6 +184,7 @@ def test_cli_evaluate_json_and_table(model_dir, tmp_path):
     for key in ("nDCG@10", "RR@10", "R@1000", "flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries"):
         assert key in results
     assert (tmp_path / "runs" / "mini.trec").is_file()
+    assert results["run"] == str(tmp_path / "runs" / "mini.trec")  # the final path, not the staging one
     missing = spladekit("evaluate", model_dir, "--data", folder, "--split", "dev", "--json", env=env)
     assert missing.returncode == 2 and "no split 'dev'; available: test" in missing.stderr
 
@@ -201,6 +202,14 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
     assert done.returncode == 0, done.stderr
     run = Run.read(tmp_path / "run.trec")
     assert set(run.scores) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.scores.values())
+    again = ("search", tmp_path / "index", "--query-vectors", tmp_path / "vectors", "--k", 2, "--output",
+             tmp_path / "run.trec")
+    done = spladekit(*again)  # an existing run file is not replaced silently
+    assert done.returncode == 2 and "already exists" in done.stderr and "--overwrite" in done.stderr
+    assert Run.read(tmp_path / "run.trec").scores == run.scores
+    done = spladekit(*again, "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert all(len(hits) == 2 for hits in Run.read(tmp_path / "run.trec").scores.values())
 
     other = ExactSearcher.build(sp.random(8, encoder.vocab_size + 5, density=0.3, format="csr", random_state=0))
     other.doc_ids = collection.corpus.ids
@@ -209,3 +218,23 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
                      "--output", tmp_path / "run2.trec")
     assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
     assert not (tmp_path / "run2.trec").exists()
+
+
+def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    (tmp_path / "results.json").write_text("keep")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "old.trec").write_text("keep")
+    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
+    assert done.returncode == 2 and "results.json: output already exists" in done.stderr
+    done = spladekit("evaluate", model_dir, "--data", folder, "--run-dir", tmp_path / "runs")
+    assert done.returncode == 2 and "runs: output already exists" in done.stderr
+    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "runs", "--overwrite")
+    assert done.returncode == 2 and "is a folder" in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "results.json").read_text() == "keep" and (tmp_path / "runs" / "old.trec").read_text() == "keep"
+    done = spladekit("evaluate", model_dir, "--data", folder, "--max-length", 64, "--output", tmp_path / "results.json",
+                     "--run-dir", tmp_path / "runs", "--overwrite")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "results.json").read_text())["queries"] == 4
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mini.trec"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -84,3 +84,16 @@ def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_pa
          str(beir_folder), "--output", str(tmp_path / "qs"), "--steps", "2"], capture_output=True, text=True)
     assert result.returncode == 2 and "already exists" in result.stderr
     assert (tmp_path / "qs" / "x").read_text() == "keep"
+
+
+def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_model_dirs, beir_folder, tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a query without documents\n")  # read by the training, after diagnose.json was written
+    command = [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
+               str(beir_folder), "--output", str(tmp_path / "qs"), "--steps", "2"]
+    failed = subprocess.run(command + ["--triplets", str(bad)], capture_output=True, text=True)
+    assert failed.returncode == 2 and "bad.tsv:1" in failed.stderr, failed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "tinybeir"]
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md"}

@@ -242,6 +242,44 @@ def test_resume_refuses_a_different_config(tiny_bert, triplets_file, tmp_path):
         train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 4}), output)
 
 
+def old_run(folder):
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("the old run\n")
+    return folder
+
+
+def test_overwrite_keeps_the_old_run_when_data_or_backbone_are_bad(tiny_bert, triplets_file, tmp_path):
+    run = old_run(tmp_path / "run")
+    with pytest.raises(SpladekitError, match="missing.tsv"):
+        train(tiny_config(tiny_bert, tmp_path / "missing.tsv"), run, overwrite=True)
+    with pytest.raises(SpladekitError, match="no-such-model"):
+        train(tiny_config(tmp_path / "no-such-model", triplets_file), run, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert (run / "metrics.jsonl").read_text() == "the old run\n"
+
+
+def test_failing_overwrite_run_puts_the_old_run_back(tiny_bert, triplets_file, tmp_path):
+    run = old_run(tmp_path / "run")
+    config = tiny_config(tiny_bert, triplets_file, logging={"stop_on_collapse": True, "collapse_patience": 2})
+    with pytest.raises(TrainingStopped, match="stopped on collapse .* previous run in .* is put back"):
+        train(config, run, overwrite=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["run"] and [p.name for p in run.iterdir()] == ["metrics.jsonl"]
+    assert (run / "metrics.jsonl").read_text() == "the old run\n"
+    train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2}), run, overwrite=True)
+    assert [r["step"] for r in read_metrics(run)] == [1, 2] and (run / "model").is_dir()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_second_train_into_the_same_folder_fails_at_once(tiny_bert, triplets_file, tmp_path):
+    from spladekit.atomic import OutputBusy, open_in_place
+
+    with open_in_place(tmp_path / "run"):  # a first run, still training
+        for flags in ({}, {"overwrite": True}, {"resume": True}):
+            with pytest.raises(OutputBusy, match="another process .* is writing this output"):
+                train(tiny_config(tiny_bert, triplets_file), tmp_path / "run", **flags)
+    assert list(tmp_path.iterdir()) == []
+
+
 def without_timing(records):
     return [{k: v for k, v in record.items() if k != "examples_per_s"} for record in records]
 

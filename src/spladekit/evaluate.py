@@ -19,6 +19,7 @@ same corpus does not re-encode it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -33,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from spladekit.atomic import OutputBusy, final_path
 from spladekit.data.collections import Collection, reconcile
 from spladekit.data.jsonl import Corpus
 from spladekit.data.trec import Qrels
@@ -116,7 +118,8 @@ def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch
     vectors = Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
                                            "encode_seconds": seconds})
     if folder is not None:
-        vectors.save(folder, overwrite=True)
+        with contextlib.suppress(OutputBusy):  # another process is caching the same vectors
+            vectors.save(folder, overwrite=True)
     return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False,
                      "cache_dir": None if folder is None else str(folder)}
 
@@ -190,7 +193,8 @@ def evaluate(
         provenance={"source": collection.source, **collection.dropped, "backend": backend,
                     "backend_params": searcher.params, "k": k, "max_length": max_length,
                     "pooling": encoder.pooling, "corpus_cached": encode_info["corpus_cached"],
-                    "cache_dir": encode_info["cache_dir"], "run": None if run_path is None else str(run_path)},
+                    "cache_dir": encode_info["cache_dir"],
+                    "run": None if run_path is None else str(final_path(run_path))},
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from spladekit.atomic import atomic_file
+from spladekit.atomic import atomic_file, final_path
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import head_norms, rescale_record
 
@@ -117,6 +117,6 @@ def write_model_card(folder: str | Path, encoder: SparseEncoder, training: dict 
                      evaluation: Sequence[EvaluationResult] = (), name: str | Path | None = None) -> Path:
     """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
     target = Path(folder) / CARD_FILE
-    with atomic_file(target) as stream:
-        stream.write(model_card(name or folder, encoder, training, evaluation))
+    with atomic_file(target) as stream:  # a folder being staged is shown under its final name
+        stream.write(model_card(final_path(name or folder), encoder, training, evaluation))
     return target

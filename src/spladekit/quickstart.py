@@ -9,6 +9,12 @@ choosing short-run settings. Output folder:
                      ``plots/``, ``checkpoints/``), the model card listing recipe and evaluation;
 * ``summary.json``   both evaluations (backbone as is vs. trained) and the settings;
 * ``summary.md``     the same as a markdown table.
+
+The folder is written as a whole: everything goes into a staging folder beside it, renamed to the
+output's name only when the last file is written (``spladekit.atomic.open_output``). A run that fails
+half-way leaves nothing under that name (the staging is removed; a ``kill -9`` leaves a hidden
+``.NAME.partial`` that the next run removes), so a rerun is never blocked by it, and with ``overwrite``
+the previous folder is replaced only by a complete new one.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spladekit.atomic import atomic_file, check_new_output
+from spladekit.atomic import atomic_file, final_path, open_output
 from spladekit.data.collections import load_collection
 from spladekit.diagnosis import diagnose
 from spladekit.encoder import SparseEncoder
@@ -77,11 +83,18 @@ def quickstart(
     """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``,
     default ``data/triplets-train.tsv``; evaluate on ``split``); ``config`` = base training YAML."""
     output = Path(output)
-    check_new_output(output, overwrite)
+    with open_output(output, folder=True, overwrite=overwrite) as opened:
+        summary = _quickstart(backbone, data, opened.staging, steps, triplets, split, config, trust_remote_code,
+                              show_progress)
+    return summary
+
+
+def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, triplets: str | Path | None, split: str,
+                config: str | Path | None, trust_remote_code: bool, show_progress: bool) -> dict:
+    """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
     triplets = Path(triplets) if triplets is not None else Path(data) / "triplets-train.tsv"
     settings = load_config(config, training_overrides(backbone, triplets, steps, trust_remote_code))
     collection = load_collection(data, split)
-    output.mkdir(parents=True, exist_ok=True)
 
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
     report = diagnose(encoder)
@@ -89,7 +102,7 @@ def quickstart(
         stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
     before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
 
-    run = train(settings, output / "train", overwrite=True)
+    run = train(settings, output / "train")
     initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
     trained = SparseEncoder.from_pretrained(run.model, trust_remote_code=trust_remote_code)
     after = evaluate(trained, collection, cache=False, show_progress=show_progress)
@@ -103,11 +116,11 @@ def quickstart(
                      evaluation=[after])
     table = summary_table(before, after, run.rescale, steps)
     summary = {"backbone": str(backbone), "data": str(data), "split": split, "recommended_k": report.recommended_k,
-               "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(run.model),
-               "plots": str(run.output / "plots"), "before": before.to_dict(), "after": after.to_dict()}
+               "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(final_path(run.model)),
+               "plots": str(final_path(run.output / "plots")), "before": before.to_dict(), "after": after.to_dict()}
     with atomic_file(output / "summary.json") as stream:
         stream.write(json.dumps(summary, indent=2, default=str) + "\n")
     with atomic_file(output / "summary.md") as stream:
         stream.write(f"# spladekit quickstart: {backbone} on {collection.name} ({split})\n\n{table}\n\n"
-                     f"Training curves: `{run.output / 'plots'}`. Model: `{run.model}` (see its README.md).\n")
+                     f"Training curves: `{summary['plots']}`. Model: `{summary['model']}` (see its README.md).\n")
     return summary | {"table": table}

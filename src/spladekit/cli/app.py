@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import overload
 
 import typer
 
@@ -21,15 +24,41 @@ app = typer.Typer(
 )
 
 
-def emit(payload: dict, as_json: bool, output: Path | None, human: str) -> None:
-    """Print ``human`` (or JSON with ``--json``) on stdout; also write JSON to ``output`` if given."""
+@overload
+def opened(output: Path, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path]: ...
+@overload
+def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]: ...
+def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]:
+    """Open a command's output before its work (:func:`spladekit.atomic.open_output`: refused if it exists
+    without ``--overwrite``, locked, staging created) and yield the staging path to save into (``None``
+    when the option was not given); the output is moved into place when the block succeeds."""
+    return _opened(output, folder, overwrite)
+
+
+@contextlib.contextmanager
+def _opened(output: Path | None, folder: bool, overwrite: bool) -> Iterator[Path | None]:
+    if output is None:
+        yield None
+        return
+    from spladekit.atomic import open_output
+
+    with open_output(output, folder=folder, overwrite=overwrite) as staged:
+        yield staged.staging
+
+
+def write_json(output: Path | None, payload: dict) -> None:
+    """Write ``payload`` as JSON to ``output`` (atomically; a staging path from :func:`opened` is written into)."""
     from spladekit.atomic import atomic_file
 
-    text = json.dumps(payload, indent=2, default=str)
     if output is not None:
         with atomic_file(output) as stream:
-            stream.write(text + "\n")
-    typer.echo(text if as_json else human)
+            stream.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+def emit(payload: dict, as_json: bool, output: Path | None, human: str) -> None:
+    """Print ``human`` (or JSON with ``--json``) on stdout; also write JSON to ``output`` if given."""
+    write_json(output, payload)
+    typer.echo(json.dumps(payload, indent=2, default=str) if as_json else human)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from spladekit.cli.app import app, emit
+from spladekit.cli.app import app, emit, opened, write_json
 
 if TYPE_CHECKING:
     from spladekit.diagnosis import HeadReport
@@ -18,7 +18,9 @@ TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
 )
 JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
-JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file.")
+JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file (must not exist "
+                           "unless --overwrite; checked before the work).")
+OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
 
 
 def _report_text(report: HeadReport) -> str:
@@ -54,6 +56,7 @@ def diagnose(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
+    overwrite: bool = OVERWRITE_FILE,
 ) -> None:
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
@@ -61,12 +64,14 @@ def diagnose(
     from spladekit.diagnosis import diagnose as diagnose_head
     from spladekit.encoder import SparseEncoder
 
-    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS
-    if sample is not None:
-        pairs = [(t.query, t.positive) for t in read_triplets(sample, limit=sample_size, min_negatives=0)]
-    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-    report = diagnose_head(encoder, pairs, max_length=max_length)
-    emit(report.to_dict(), as_json, output, _report_text(report))
+    with opened(output, folder=False, overwrite=overwrite) as staged:
+        pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS
+        if sample is not None:
+            pairs = [(t.query, t.positive) for t in read_triplets(sample, limit=sample_size, min_negatives=0)]
+        encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+        report = diagnose_head(encoder, pairs, max_length=max_length)
+        write_json(staged, report.to_dict())
+    emit(report.to_dict(), as_json, None, _report_text(report))
 
 
 @app.command()
@@ -79,23 +84,25 @@ def rescale(
                              "auto: untie when tied rescaling would shrink word embeddings below position "
                              "embeddings, else tied (see `spladekit diagnose`)."),
     rescale_bias: bool = typer.Option(False, "--rescale-bias", help="Divide the projection bias by k too."),
-    output: Path = typer.Option(..., "--output", "-o", help="Folder for the rescaled model (must not exist)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for the rescaled model (must not exist unless "
+                                "--overwrite; written atomically)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder (once the new "
+                                   "one is complete)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
-    from spladekit.atomic import check_new_output
     from spladekit.encoder import SparseEncoder
     from spladekit.head import head_norms, parse_k
     from spladekit.rescaling import apply_rescale, resolve_rescale
 
     parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
-    check_new_output(output)
-    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-    record = resolve_rescale(encoder, k, mode, rescale_bias)
-    before = head_norms(encoder.model)
-    after = head_norms(apply_rescale(encoder, record).model)
-    encoder.save(output)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+        record = resolve_rescale(encoder, k, mode, rescale_bias)
+        before = head_norms(encoder.model)
+        after = head_norms(apply_rescale(encoder, record).model)
+        encoder.save(staged)
     payload = {"backbone": backbone, "k": record.k, "mode": record.mode, "rescale_bias": rescale_bias,
                "auto": list(record.auto), "output": str(output), "before": before, "after": after}
     emit(payload, as_json, None,
@@ -111,29 +118,28 @@ def encode(
                                 "ids.json (row order), meta.json. Written atomically."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit (default: the model's, else 256)."),
-    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
     pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
                                 "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Encode a corpus into SPLADE vectors."""
-    from spladekit.atomic import check_new_output
     from spladekit.data import read_corpus
     from spladekit.encoder import SparseEncoder
     from spladekit.vectors import Vectors
 
-    check_new_output(output, overwrite)
-    documents = read_corpus(corpus)
-    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
-    started = time.perf_counter()
-    matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
-    seconds = time.perf_counter() - started
-    vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
-                                               "max_length": max_length or encoder.max_length,
-                                               "encode_seconds": round(seconds, 3)})
-    meta = vectors.meta
-    meta |= {"vocab_size": vectors.vocab_size, "documents": len(vectors), "avg_nnz": vectors.avg_nnz}
-    vectors.save(output, overwrite=overwrite)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        documents = read_corpus(corpus)
+        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
+        started = time.perf_counter()
+        matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
+        seconds = time.perf_counter() - started
+        vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
+                                                   "max_length": max_length or encoder.max_length,
+                                                   "encode_seconds": round(seconds, 3)})
+        meta = vectors.meta
+        meta |= {"vocab_size": vectors.vocab_size, "documents": len(vectors), "avg_nnz": vectors.avg_nnz}
+        vectors.save(staged)
     emit(meta | {"output": str(output)}, as_json, None,
          f"encoded {meta['documents']} texts in {seconds:.1f}s (avg nnz {meta['avg_nnz']:.1f}) -> {output}")

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, emit
+from spladekit.cli.app import app, emit, opened
 from spladekit.errors import SpladekitError
 
 
@@ -21,13 +21,12 @@ class ExportFormat(str, Enum):
 
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
                            trust_remote_code: bool) -> dict:
-    from spladekit.atomic import check_new_output
     from spladekit.encoder import SparseEncoder
     from spladekit.export import export_sentence_transformers
 
-    check_new_output(output, overwrite)
-    encoder = SparseEncoder.from_pretrained(source, trust_remote_code=trust_remote_code, max_length=max_length)
-    export_sentence_transformers(encoder, output, overwrite=overwrite, trust_remote_code=trust_remote_code)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        encoder = SparseEncoder.from_pretrained(source, trust_remote_code=trust_remote_code, max_length=max_length)
+        export_sentence_transformers(encoder, staged, trust_remote_code=trust_remote_code)
     return {"format": "sentence-transformers", "model": source, "output": str(output),
             "max_length": encoder.max_length, "vocab_size": encoder.vocab_size}
 
@@ -41,34 +40,37 @@ def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path
                              "(spladekit index folder)")
     from spladekit.vectors import Vectors
 
-    documents = Vectors.load(source)
-    return export_qdrant(documents.matrix, documents.ids, url=url, qdrant_path=qdrant_path, output=output, collection=collection,
-                         vector_name=vector_name, recreate=recreate, overwrite=overwrite)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        documents = Vectors.load(source)
+        payload = export_qdrant(documents.matrix, documents.ids, url=url, qdrant_path=qdrant_path, output=staged,
+                                collection=collection, vector_name=vector_name, recreate=recreate)
+    return payload
 
 
 def _search_engine(source: str, engine: str, output: Optional[Path], model: Optional[str], queries: Optional[Path],
                    field_type: Optional[str], index: str, field: str, top_k: Optional[int],
                    quantize: Optional[float], overwrite: bool, trust_remote_code: bool) -> dict:
-    from spladekit.atomic import check_new_output
     from spladekit.export import export_search_engine
     from spladekit.export.search_engine import vocabulary_tokens
 
     if output is None:
         raise SpladekitError(f"--format {engine} needs --output (folder for the NDJSON, mapping and query)")
-    check_new_output(output, overwrite)
     from spladekit.vectors import Vectors
 
-    documents = Vectors.load(source)
-    model = model or documents.meta.get("model")
-    if not model:
-        raise SpladekitError(f"{source}: meta.json names no model; pass --model for the token strings")
-    query_pair = None
-    if queries is not None:
-        encoded = Vectors.load(queries)
-        query_pair = (encoded.matrix, encoded.ids)
-    tokens = vocabulary_tokens(model, documents.vocab_size, trust_remote_code=trust_remote_code)
-    return export_search_engine(documents.matrix, documents.ids, tokens, output, engine=engine, field_type=field_type, index=index,
-                                field=field, top_k=top_k, scale=quantize, queries=query_pair, overwrite=overwrite)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        documents = Vectors.load(source)
+        model = model or documents.meta.get("model")
+        if not model:
+            raise SpladekitError(f"{source}: meta.json names no model; pass --model for the token strings")
+        query_pair = None
+        if queries is not None:
+            encoded = Vectors.load(queries)
+            query_pair = (encoded.matrix, encoded.ids)
+        tokens = vocabulary_tokens(model, documents.vocab_size, trust_remote_code=trust_remote_code)
+        payload = export_search_engine(documents.matrix, documents.ids, tokens, staged, engine=engine,
+                                       field_type=field_type, index=index, field=field, top_k=top_k, scale=quantize,
+                                       queries=query_pair)
+    return payload | {"output": str(output)}
 
 
 @app.command()
@@ -79,7 +81,7 @@ def export(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write (atomically): the "
                                           "sentence-transformers model; the NDJSON + mapping + query for "
                                           "opensearch/elasticsearch; a spladekit index folder for qdrant."),
-    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="sentence-transformers: token limit written "
                                              "into the folder (default: the model's, else 256)."),
     url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),

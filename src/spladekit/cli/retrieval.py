@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app, emit
+from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
 from spladekit.errors import SpladekitError
 from spladekit.index import BACKENDS, backend_class
@@ -54,23 +54,22 @@ def index(
                                 "version and sha256 per file, backend files, ids.json). Written atomically."),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
-    overwrite: bool = typer.Option(False, help="Replace an existing index folder."),
+    overwrite: bool = typer.Option(False, help="Replace an existing index folder (once the new one is complete)."),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
-    from spladekit.atomic import check_new_output
     from spladekit.vectors import Vectors
 
     searcher_class = backend_class(backend)
     params = searcher_class.check_params(parse_params(param))  # before reading the vectors
-    check_new_output(output, overwrite)
-    documents = Vectors.load(vectors)
-    started = time.perf_counter()
-    searcher = searcher_class.build(documents.matrix, **params)
-    seconds = time.perf_counter() - started
-    searcher.doc_ids = documents.ids
-    searcher.save(output, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
-                                "max_length": documents.meta.get("max_length")}, overwrite=overwrite)
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        documents = Vectors.load(vectors)
+        started = time.perf_counter()
+        searcher = searcher_class.build(documents.matrix, **params)
+        seconds = time.perf_counter() - started
+        searcher.doc_ids = documents.ids
+        searcher.save(staged, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
+                                    "max_length": documents.meta.get("max_length")})
     payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
                "vocab_size": searcher.vocab_size, "params": searcher.params, "build_seconds": round(seconds, 3)}
     emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
@@ -79,7 +78,8 @@ def index(
 @app.command()
 def search(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Folder written by `spladekit index`."),
-    output: Path = typer.Option(..., "--output", "-o", help="TREC run file to write (query Q0 doc rank score tag)."),
+    output: Path = typer.Option(..., "--output", "-o", help="TREC run file to write (query Q0 doc rank score tag; "
+                                "must not exist unless --overwrite)."),
     queries: Optional[Path] = typer.Option(None, help="Queries to encode with --model: JSONL {\"_id\", \"text\"}."),
     model: Optional[str] = typer.Option(None, help="Model that encoded the documents (hub id or folder)."),
     query_vectors: Optional[Path] = typer.Option(None, help="Pre-encoded queries (a `spladekit encode` folder) "
@@ -88,6 +88,7 @@ def search(
     max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's)."),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -97,30 +98,32 @@ def search(
     from spladekit.run import Run
     from spladekit.vectors import Vectors
 
-    searcher = load_index(index_dir)
-    if searcher.doc_ids is None:
-        raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
-    params = searcher.check_params(parse_params(param), "search")  # before encoding the queries
-    if query_vectors is not None:
-        encoded = Vectors.load(query_vectors)
-        vectors, query_ids = encoded.matrix, encoded.ids
-    elif queries is not None and model is not None:
-        from spladekit.encoder import SparseEncoder
-
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
-        if encoder.vocab_size != searcher.vocab_size:
-            raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
-                                 f"{searcher.vocab_size}")
-        parsed = read_corpus(queries)
-        vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length)
-        query_ids = parsed.ids
-    else:
+    if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
-    started = time.perf_counter()
-    result = searcher.search(vectors, k=k, **params)
-    seconds = time.perf_counter() - started
-    Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
-        output, tag=f"spladekit-{searcher.name}")
+    with opened(output, folder=False, overwrite=overwrite) as staged:
+        searcher = load_index(index_dir)
+        if searcher.doc_ids is None:
+            raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
+        params = searcher.check_params(parse_params(param), "search")  # before encoding the queries
+        if query_vectors is not None:
+            encoded = Vectors.load(query_vectors)
+            vectors, query_ids = encoded.matrix, encoded.ids
+        else:
+            from spladekit.encoder import SparseEncoder
+
+            assert queries is not None and model is not None  # checked above
+            encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+            if encoder.vocab_size != searcher.vocab_size:
+                raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
+                                     f"{searcher.vocab_size}")
+            parsed = read_corpus(queries)
+            vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length)
+            query_ids = parsed.ids
+        started = time.perf_counter()
+        result = searcher.search(vectors, k=k, **params)
+        seconds = time.perf_counter() - started
+        Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
+            staged, tag=f"spladekit-{searcher.name}")
     payload = {"run": str(output), "queries": len(query_ids), "k": k, "backend": searcher.name,
                "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1)}
     emit(payload, as_json, None, f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} "
@@ -146,18 +149,27 @@ def evaluate(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
                                "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length."),
-    run_dir: Optional[Path] = typer.Option(None, help="Also write each collection's TREC run to RUN_DIR/<name>.trec."),
+    run_dir: Optional[Path] = typer.Option(None, help="Also write each collection's TREC run to RUN_DIR/<name>.trec "
+                                           "(a new folder unless --overwrite, written atomically)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file and --run-dir "
+                                   "folder."),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
     from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data, results_table
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
-    encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
-    result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=run_dir, backend=backend,
-                           backend_params=backend_params, k=k, max_length=max_length,
-                           batch_size=batch_size, cache=cache)
-    emit({"model": model, **result.to_dict()}, as_json, output, results_table(result))
+    if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
+        raise SpladekitError(f"{output}: --output and --run-dir must differ")
+    with opened(output, folder=False, overwrite=overwrite) as staged, \
+            opened(run_dir, folder=True, overwrite=overwrite) as staged_runs:
+        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+        result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=staged_runs, backend=backend,
+                               backend_params=backend_params, k=k, max_length=max_length,
+                               batch_size=batch_size, cache=cache)
+        payload = {"model": model, **result.to_dict()}
+        write_json(staged, payload)
+    emit(payload, as_json, None, results_table(result))

@@ -146,7 +146,8 @@ def _save(figure: Figure, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with atomic_file(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=110)
     plt.close(figure)
     return path
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import scipy.sparse as sp
 
-from spladekit.atomic import check_new_output
+from spladekit.atomic import final_path, open_output
 
 
 def export_qdrant(
@@ -22,19 +23,19 @@ def export_qdrant(
 ) -> dict:
     """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into qdrant-client's
     local storage at ``qdrant_path`` (in memory if neither); with ``output``, also save a spladekit index
-    folder (``spladekit search`` reads it with the qdrant backend)."""
+    folder (``spladekit search`` reads it with the qdrant backend), opened before the upload."""
     from spladekit.index.qdrant import QdrantSearcher
 
-    if output is not None:
-        check_new_output(output, overwrite)
-    searcher = QdrantSearcher.build(vectors, doc_ids=ids, url=url, path=qdrant_path, collection=collection,
-                                    vector_name=vector_name, recreate=recreate)
-    try:
-        if output is not None:
-            searcher.save(output, meta={"exported_by": "spladekit export --format qdrant"}, overwrite=overwrite)
-        points = searcher.client.count(collection, exact=True).count
-    finally:
-        searcher.close()
+    with contextlib.ExitStack() as stack:
+        opened = None if output is None else stack.enter_context(open_output(output, folder=True, overwrite=overwrite))
+        searcher = QdrantSearcher.build(vectors, doc_ids=ids, url=url, path=qdrant_path, collection=collection,
+                                        vector_name=vector_name, recreate=recreate)
+        try:
+            if opened is not None:
+                searcher.save(opened.staging, meta={"exported_by": "spladekit export --format qdrant"})
+            points = searcher.client.count(collection, exact=True).count
+        finally:
+            searcher.close()
     return {"format": "qdrant", "collection": collection, "vector_name": vector_name, "points": points,
             "url": url, "qdrant_path": None if qdrant_path is None else str(qdrant_path),
-            "output": None if output is None else str(output)}
+            "output": None if output is None else str(final_path(output))}

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.atomic import atomic_directory
+from spladekit.atomic import atomic_directory, final_path
 from spladekit.errors import SpladekitError
 from spladekit.export.feature_names import escape_feature
 from spladekit.export.weights import prune_top_k, quantize
@@ -156,7 +156,7 @@ def export_search_engine(
                     body = query_dsl(row_features(query_vectors, row, names), field, field_type)
                     stream.write(json.dumps({"_id": query_id, "query": body}, ensure_ascii=False) + "\n")
         (staging / "export.json").write_text(json.dumps(settings, indent=2) + "\n")
-    return settings | {"output": str(output)}
+    return settings | {"output": str(final_path(output))}
 
 
 def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = False) -> list[str]:

@@ -25,11 +25,11 @@ number of processes nor the accumulation changes the objective:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from spladekit.atomic import check_new_output
+from spladekit.atomic import InPlace, check_new_output, open_in_place
 from spladekit.data.training import Example, TrainingSet, load_training_set
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import SpladekitError
@@ -116,11 +116,10 @@ def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
 
 
 def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
-    """Check the output folder; for ``resume`` return the newest checkpoint (the config must match)."""
+    """Check the output folder (nothing is deleted here: with ``overwrite`` an existing run is set aside
+    later, see :func:`train`); for ``resume`` return the newest checkpoint (the config must match)."""
     if not resume:
-        check_new_output(output, overwrite)
-        if output.exists():
-            shutil.rmtree(output)
+        check_new_output(output, overwrite, folder=True)
         return None
     if not (output / CONFIG_FILE).is_file():
         raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
@@ -260,16 +259,33 @@ def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tenso
 def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False) -> TrainedRun:
     """Train a SPLADE model into ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``,
     ``checkpoints/``); ``config`` is not modified, the resolved one is returned. Run under ``torchrun``
-    for several processes."""
+    for several processes.
+
+    ``output`` is locked for the whole run (:func:`spladekit.atomic.open_in_place`): a second ``train``
+    into it fails at once. With ``overwrite``, an existing run is left untouched until the config, the
+    training data and the backbone are loaded; it is then moved aside, deleted when the new run
+    completes, and put back (the new run's files discarded) if the new run fails."""
     processes = distributed.setup()
+    output = Path(output)
     try:
-        return _train(config, Path(output), resume, overwrite, processes)
+        with contextlib.ExitStack() as stack:
+            place = stack.enter_context(open_in_place(output)) if processes.main else None
+            try:
+                return _train(config, output, resume, overwrite, processes, place)
+            except BaseException as error:
+                if place is not None and place.put_back:
+                    note = (f"this run's files are discarded and the previous run in {output} is put back "
+                            "(--overwrite replaces a run only when the new one completes)")
+                    if isinstance(error, TrainingStopped):
+                        raise TrainingStopped(f"{error}; {note}") from None
+                    logger.warning("training failed: %s", note)
+                raise
     finally:
         distributed.teardown(processes)
 
 
 def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
-           processes: distributed.Processes) -> TrainedRun:
+           processes: distributed.Processes, place: InPlace | None = None) -> TrainedRun:
     opt, log = config.optimization, config.logging
     if opt.batch_size % (opt.accumulation * processes.world_size):
         raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
@@ -284,6 +300,8 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
         encoder, rescaling = initial_encoder(config, training_set)
         config = resolved_config(config, rescaling)
         if processes.main:
+            if overwrite and place is not None:
+                place.set_aside()  # only now: the config, the data and the backbone are good
             write_run_config(output, config, rescaling)
     else:
         encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
