@@ -209,3 +209,13 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
                      "--output", tmp_path / "run2.trec")
     assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
     assert not (tmp_path / "run2.trec").exists()
+
+
+def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini", queries={"q1": "capital of france", "q\t2": "a vaccine"})
+    env = {**__import__("os").environ, "SPLADEKIT_CACHE": str(tmp_path / "cache")}
+    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
+                                                "whitespace, which a TREC run or qrels line cannot carry"]
+    assert not (tmp_path / "results.json").exists()
