@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import ir_measures
 import numpy as np
@@ -209,6 +210,25 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
                      "--output", tmp_path / "run2.trec")
     assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
     assert not (tmp_path / "run2.trec").exists()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "foreign ids"])
+def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_path, caplog, damage):
+    """A cache entry is derived data: a damaged one is re-encoded (nothing to lose), not a dead end."""
+    folder = write_beir(tmp_path / "mini")
+    first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    entry = Path(first.provenance["cache_dir"])
+    if damage == "foreign ids":
+        (entry / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
+    else:
+        data = (entry / "vectors.npz").read_bytes()
+        (entry / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+    again = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert "ignoring a damaged evaluation cache entry, re-encoding" in caplog.text and str(entry) in caplog.text
+    assert not again.provenance["corpus_cached"] and again.metrics == first.metrics
+    assert Vectors.load(entry).ids == load_collection(folder).corpus.ids  # the entry was rewritten whole
+    third = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert third.provenance["corpus_cached"]
 
 
 def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path):
