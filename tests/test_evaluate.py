@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import scipy.sparse as sp
 from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
 from spladekit.data import load_collection, reconcile
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import ExactSearcher
@@ -229,6 +230,23 @@ def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_p
     assert Vectors.load(entry).ids == load_collection(folder).corpus.ids  # the entry was rewritten whole
     third = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     assert third.provenance["corpus_cached"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"nDCG@10": "high"}, "'nDCG@10' must be a number, got 'high'"),
+    ({"flops": None}, "'flops' must be a number, got null"),
+    ({"encode_docs_seconds": "fast"}, "'encode_docs_seconds' must be a number or null"),
+    ({"name": ["x"]}, "'name' must be a string or null, got a JSON list"),
+    ({"per_query": {"nDCG@10": {"q1": "one"}}}, "'per_query.nDCG@10'['q1'] must be a number"),
+    ({"per_query": [1]}, "'per_query' must be a JSON object"),
+    ({"measures": "nDCG@10"}, "'measures' must list measure names"),
+    ({"datasets": {"one": {"name": "one", "measures": ["nDCG@10"], "nDCG@10": True}}},
+     "'datasets.one.nDCG@10' must be a number, got True"),
+])
+def test_evaluation_result_refuses_values_of_the_wrong_type(change, message):
+    payload = {"name": "mini", "measures": ["nDCG@10"], "nDCG@10": 0.5, "flops": 1.0, "docs": 8, "queries": 4} | change
+    with pytest.raises(InputError, match=re.escape(f"result.json: {message}")):
+        EvaluationResult.from_dict(payload, "result.json")
 
 
 def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path):
