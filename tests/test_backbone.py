@@ -1,13 +1,20 @@
-"""backbone.py: loading, locating the vocabulary projection generically, tying, fresh weights, bad paths."""
+"""backbone.py: loading, locating the vocabulary projection generically, tying, fresh weights, bad paths and
+damaged model folders."""
 
 from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import transformers as T
 
 from spladekit.backbone import is_tied, load_backbone, projection_bypassed, projection_path, vocab_projection
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from tiny_models import ARCHITECTURES, PROJECTION_PATHS, VOCAB, tiny_tokenizer
 
 
@@ -58,3 +65,69 @@ def test_unknown_path_and_folder_without_weights(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SpladekitError, match="no model weights"):
         load_backbone(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------- damaged folders
+def copy_of(tiny_model_dirs, tmp_path, arch="bert"):
+    return Path(shutil.copytree(tiny_model_dirs[arch], tmp_path / arch))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
+def test_damaged_safetensors_are_an_error_naming_the_file(tiny_model_dirs, tmp_path, damage):
+    folder = copy_of(tiny_model_dirs, tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"\x00garbage" * 64}[damage])
+    with pytest.raises(InputError, match="corrupt or unreadable safetensors weights") as error:
+        load_backbone(folder)
+    assert str(error.value).startswith(f"{weights}: ")
+
+
+@pytest.mark.parametrize("field, value", [("hidden_size", "abc"), ("hidden_size", [32]), ("num_hidden_layers", None),
+                                          ("vocab_size", 1.5)])
+def test_config_value_of_the_wrong_type_is_an_error_naming_config_json(tiny_model_dirs, tmp_path, field, value):
+    folder = copy_of(tiny_model_dirs, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {field: value}))
+    with pytest.raises(InputError, match=f"invalid model config .*{field}") as error:
+        load_backbone(folder)
+    assert str(error.value).startswith(f"{folder / 'config.json'}: ")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("config.json", "[1, 2]", "config.json: expected a JSON object, got list"),
+    ("tokenizer.json", "{oops", "tokenizer.json:1: not valid JSON"),
+    ("model.safetensors.index.json", '{"weight_map": {"w": "model-00002.safetensors"}}', "names the shard"),
+    ("model.safetensors.index.json", '{"weight_map": ["model.safetensors"]}', "'weight_map' must be a JSON object"),
+])
+def test_other_damaged_model_files_are_named(tiny_model_dirs, tmp_path, name, content, message):
+    folder = copy_of(tiny_model_dirs, tmp_path)
+    (folder / name).write_text(content)
+    with pytest.raises(InputError, match=message):
+        load_backbone(folder)
+
+
+def test_what_transformers_still_refuses_is_one_error_naming_the_folder(tiny_model_dirs, tmp_path):
+    folder = copy_of(tiny_model_dirs, tmp_path)
+    (folder / "tokenizer.json").write_text('{"valid": "json, but not a tokenizer"}')
+    with pytest.raises(SpladekitError, match=f"{folder}: cannot load model"):
+        load_backbone(folder)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(b"not a torch file")
+    with pytest.raises(SpladekitError, match="weights_only=True\\) refused it"):
+        load_backbone(folder)
+
+
+@pytest.mark.parametrize("command", [["diagnose"], ["export", "--format", "sentence-transformers", "--output"]])
+def test_cli_on_a_truncated_model_prints_one_error_line(tiny_model_dirs, tmp_path, command):
+    folder = copy_of(tiny_model_dirs, tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # a copy cut short
+    args = [command[0], folder, *command[1:]] + ([tmp_path / "out"] if command[-1] == "--output" else [])
+    result = subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {weights}: corrupt or unreadable safetensors weights (")
+    assert "file not fully covered" in lines[0]
+    assert not (tmp_path / "out").exists()

@@ -74,6 +74,9 @@ def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path):
         ('{"_id": "a", "text": "x"}\n{oops\n', "corpus.jsonl:2: not valid JSON"),
         ('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', "corpus.jsonl:2: duplicate id"),
         ("", "corpus.jsonl: empty corpus"),
+        ('{"_id": "a", "text": "x"}\n{"_id": "b c", "text": "y"}\n', "corpus.jsonl:2: field '_id' 'b c' contains whitespace"),
+        ('{"_id": "a\\tb", "text": "x"}\n', "corpus.jsonl:1: field '_id' 'a\\tb' contains whitespace"),
+        ('{"_id": "a", "text": "x"}\n\n{"_id": "b\\nc", "text": "y"}\n', "corpus.jsonl:3: field '_id' 'b\\nc' contains whitespace"),
     ],
 )
 def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_path, content, needle):
@@ -82,6 +85,7 @@ def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_p
     result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", bad, "--output", tmp_path / "out")
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 

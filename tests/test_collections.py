@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -95,7 +96,7 @@ def test_hf_fractional_grade_and_duplicate_judgment_are_refused(tmp_path):
         load_collection(duplicate)
 
 
-def fake_ir_dataset(monkeypatch, relevances=(1,)):
+def fake_ir_dataset(monkeypatch, relevances=(1,), doc_ids=("d1", "d2")):
     """Register an in-memory stand-in as ir_datasets ``fake/set`` and ``fake/set/test``; its qrels judge
     d2, d1… for q1 with ``relevances``. Returns the list of ids that ``ir_datasets.load`` is called with."""
     import ir_datasets
@@ -106,7 +107,7 @@ def fake_ir_dataset(monkeypatch, relevances=(1,)):
                  for doc, relevance in zip(("d2", "d1"), relevances)]
     dataset = SimpleNamespace(
         has_docs=lambda: True, has_queries=lambda: True, has_qrels=lambda: True, docs_count=lambda: 2,
-        docs_iter=lambda: iter([Doc("d1", "T", "one"), Doc("d2", "", "two")]),
+        docs_iter=lambda: iter([Doc(doc_ids[0], "T", "one"), Doc(doc_ids[1], "", "two")]),
         queries_iter=lambda: iter([SimpleNamespace(query_id="q1", text="first")]),
         qrels_iter=lambda: iter(judgments),
     )
@@ -133,6 +134,52 @@ def test_ir_datasets_grades_must_be_integral(monkeypatch):
     fake_ir_dataset(monkeypatch, relevances=(1, 0.5))
     with pytest.raises(InputError, match=r"fake/set/test:2: relevance must be an integer, got 0\.5"):
         load_collection("fake/set", "test")
+
+
+# ----------------------------------------------------------------------------------------- ids
+WHITESPACE = "contains whitespace, which a TREC run or qrels line cannot carry"
+
+
+@pytest.mark.parametrize("bad_id", ["q 1", "q\t1", "q\n1"], ids=["space", "tab", "newline"])
+def test_beir_query_ids_with_whitespace_are_refused_at_read_time(tmp_path, bad_id):
+    folder = write_beir(tmp_path / "mini", queries={"q1": "first", bad_id: "second"})
+    with pytest.raises(InputError, match=WHITESPACE) as error:
+        load_collection(folder)
+    assert str(error.value).startswith(f"{folder / 'queries.jsonl'}:2: field '_id' ")
+
+
+def test_qrels_ids_with_whitespace_or_empty_are_refused(tmp_path):
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td 2\t1\n")
+    with pytest.raises(InputError, match=rf"qrels\.tsv:3: doc id 'd 2' {WHITESPACE}"):
+        read_qrels(path)
+    path.write_text("query-id\tcorpus-id\tscore\n\td1\t1\n")
+    with pytest.raises(InputError, match=r"qrels\.tsv:2: query id must be a non-empty string"):
+        read_qrels(path)
+
+
+def test_hf_and_ir_datasets_ids_with_whitespace_are_refused(tmp_path, monkeypatch):
+    docs = dict(DOCS)
+    docs["d 9"] = ("", "a document whose id has a space")
+    folder = write_hf_parquet(tmp_path / "NanoMini", {"query-id": ["q1"], "corpus-id": ["d1"]}, docs=docs)
+    with pytest.raises(InputError, match=rf"NanoMini \[corpus\]:9: field '_id' 'd 9' {WHITESPACE}"):
+        load_collection(folder)
+    folder = write_hf_parquet(tmp_path / "NanoQrels", {"query-id": ["q1", "q\t2"], "corpus-id": ["d1", "d3"]})
+    with pytest.raises(InputError, match=rf"NanoQrels \[qrels\]:2: 'query-id' 'q\\t2' {WHITESPACE}"):
+        load_collection(folder)
+    fake_ir_dataset(monkeypatch, doc_ids=("d1", "d\n2"))
+    with pytest.raises(InputError, match=rf"fake/set/test:2: field '_id' 'd\\n2' {WHITESPACE}"):
+        load_collection("fake/set", "test")
+
+
+def test_run_write_refuses_ids_a_trec_line_cannot_carry(tmp_path):
+    for scores, what in [({"q 1": {"d1": 1.0}}, "query id 'q 1'"), ({"q1": {"d\n1": 1.0}}, "document id 'd\\n1'"),
+                         ({"q1": {"": 1.0}}, "document id is empty")]:
+        with pytest.raises(SpladekitError, match=re.escape(what)):
+            Run(scores).write(tmp_path / "run.trec")
+        assert not (tmp_path / "run.trec").exists()
+    with pytest.raises(SpladekitError, match="run tag 'my tag'"):
+        Run({"q1": {"d1": 1.0}}).write(tmp_path / "run.trec", tag="my tag")
 
 
 def test_suites_definitions():

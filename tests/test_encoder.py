@@ -1,6 +1,12 @@
-"""encoder.py: SPLADE vectors — padding and batch-size invariance, vocabulary-sized output, term ids."""
+"""encoder.py: SPLADE vectors — padding and batch-size invariance, vocabulary-sized output, term ids; spladekit.json
+and the rescale record read strictly."""
 
 from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,6 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from spladekit import SparseEncoder
+from spladekit.errors import InputError
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 
@@ -71,3 +78,30 @@ def test_max_length_truncates(tiny_model_dirs):
     full = encoder.encode([long_text], max_length=64, show_progress=False)
     short = encoder.encode([long_text], max_length=8, show_progress=False)
     assert (full != short).nnz > 0
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ({"max_length": "abc"}, "'max_length' must be an integer, got 'abc'"),
+    ({"max_length": 0}, "'max_length' must be a positive integer"),
+    ({"backbone": ["a"]}, "'backbone' must be a string, got a JSON list"),
+    ([1, 2], "expected a JSON object, got list"),
+])
+def test_spladekit_json_of_the_wrong_type_is_an_error_naming_it(tiny_model_dirs, tmp_path, metadata, message):
+    folder = Path(shutil.copytree(tiny_model_dirs["bert"], tmp_path / "model"))
+    (folder / "spladekit.json").write_text(json.dumps(metadata))
+    with pytest.raises(InputError, match=re.escape(f"{folder / 'spladekit.json'}: {message}")):
+        SparseEncoder.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("record, message", [
+    ("tied", "'spladekit_rescale' must be a JSON object"),
+    ({"k": "x", "mode": "tied", "rescale_bias": False}, "k must be a positive finite number"),
+    ({"k": 2, "mode": "sideways", "rescale_bias": False}, "mode must be one of tied, untie"),
+    ({"k": 2, "mode": "tied", "rescale_bias": "no"}, "rescale_bias must be true or false"),
+])
+def test_rescale_record_of_the_wrong_type_is_an_error_naming_config_json(tiny_model_dirs, tmp_path, record, message):
+    folder = Path(shutil.copytree(tiny_model_dirs["bert"], tmp_path / "model"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"spladekit_rescale": record}))
+    with pytest.raises(InputError, match=re.escape(str(folder / "config.json")) + ".*" + re.escape(message)):
+        SparseEncoder.from_pretrained(folder)

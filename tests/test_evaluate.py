@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import ir_measures
 import numpy as np
@@ -14,7 +16,7 @@ import scipy.sparse as sp
 from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
 from spladekit.data import load_collection, reconcile
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import ExactSearcher
@@ -238,3 +240,49 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["queries"] == 4
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mini.trec"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "foreign ids"])
+def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_path, caplog, damage):
+    """A cache entry is derived data: a damaged one is re-encoded (nothing to lose), not a dead end."""
+    folder = write_beir(tmp_path / "mini")
+    first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    entry = Path(first.provenance["cache_dir"])
+    if damage == "foreign ids":
+        (entry / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
+    else:
+        data = (entry / "vectors.npz").read_bytes()
+        (entry / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+    again = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert "ignoring a damaged evaluation cache entry, re-encoding" in caplog.text and str(entry) in caplog.text
+    assert not again.provenance["corpus_cached"] and again.metrics == first.metrics
+    assert Vectors.load(entry).ids == load_collection(folder).corpus.ids  # the entry was rewritten whole
+    third = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert third.provenance["corpus_cached"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"nDCG@10": "high"}, "'nDCG@10' must be a number, got 'high'"),
+    ({"flops": None}, "'flops' must be a number, got null"),
+    ({"encode_docs_seconds": "fast"}, "'encode_docs_seconds' must be a number or null"),
+    ({"name": ["x"]}, "'name' must be a string or null, got a JSON list"),
+    ({"per_query": {"nDCG@10": {"q1": "one"}}}, "'per_query.nDCG@10'['q1'] must be a number"),
+    ({"per_query": [1]}, "'per_query' must be a JSON object"),
+    ({"measures": "nDCG@10"}, "'measures' must list measure names"),
+    ({"datasets": {"one": {"name": "one", "measures": ["nDCG@10"], "nDCG@10": True}}},
+     "'datasets.one.nDCG@10' must be a number, got True"),
+])
+def test_evaluation_result_refuses_values_of_the_wrong_type(change, message):
+    payload = {"name": "mini", "measures": ["nDCG@10"], "nDCG@10": 0.5, "flops": 1.0, "docs": 8, "queries": 4} | change
+    with pytest.raises(InputError, match=re.escape(f"result.json: {message}")):
+        EvaluationResult.from_dict(payload, "result.json")
+
+
+def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini", queries={"q1": "capital of france", "q\t2": "a vaccine"})
+    env = {**__import__("os").environ, "SPLADEKIT_CACHE": str(tmp_path / "cache")}
+    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json", env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
+                                                "whitespace, which a TREC run or qrels line cannot carry"]
+    assert not (tmp_path / "results.json").exists()

@@ -178,3 +178,84 @@ def test_paper_config_dry_run_passes_offline():
     assert result.returncode == 0, result.stderr
     plan_ = json.loads(result.stdout)
     assert len(plan_["runs"]) == 7 * (1 + 5 * 1) and plan_["problems"] == []
+
+
+# ----------------------------------------------------------------------------------------- damaged sweep folders
+def write_finished_run(sweep_dir: Path, name: str = "bert__k8__tied") -> Path:
+    """A finished run as a sweep leaves it (run.json, evaluation.json, metrics.jsonl), without training one."""
+    run_dir = sweep_dir / "runs" / name
+    run_dir.mkdir(parents=True)
+    record = {"run": name, "backbone": "bert", "backbone_id": "bert", "inflate": None, "inflate_mode": "tied", "set": [],
+              "k": 8.0, "mode": "tied", "status": "done", "initial_head_norm": 12.5, "auto_k": 8.0,
+              "initial_median_pair_score": 30.0, "seconds": 1.5}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    result = {"name": "collection", "measures": ["nDCG@10"], "nDCG@10": 0.5, "flops": 2.0, "avg_q_nnz": 3.0,
+              "avg_d_nnz": 4.0, "docs": 8, "queries": 4, "search_ms_per_query": 0.1, "per_query": {"nDCG@10": {"q1": 0.5}}}
+    (run_dir / "evaluation.json").write_text(json.dumps({"collection": result}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in (1, 2, 3)))
+    return run_dir
+
+
+def report(sweep_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spladekit", "report", str(sweep_dir)], capture_output=True, text=True)
+
+
+REPORT_DAMAGES = {
+    "run.json garbage": ("run.json", "{not json", "run.json:1: not valid JSON"),
+    "run.json a list": ("run.json", "[]", "run.json: expected a JSON object, got list"),
+    "run.json k a word": ("run.json", {"k": "eight"}, "run.json: 'k' must be a number or 'auto', got 'eight'"),
+    "run.json backbone a number": ("run.json", {"backbone": 3}, "run.json: 'backbone' must be a string, got 3"),
+    "run.json set a string": ("run.json", {"set": "a=1"}, "run.json: 'set' must be a JSON list or null, got 'a=1'"),
+    "run.json no status": ("run.json", {"status": None}, "run.json: 'status' must be a string, got null"),
+    "evaluation.json garbage": ("evaluation.json", "\x00\x01", "evaluation.json:1: not valid JSON"),
+    "evaluation.json result a list": ("evaluation.json", '{"collection": [1]}',
+                                      "evaluation.json: 'collection' must be a JSON object, got a JSON list"),
+    "evaluation.json metric a string": ("evaluation.json", None, "evaluation.json: 'collection.nDCG@10' must be a number, got 'x'"),
+    "metrics.jsonl loss missing": ("metrics.jsonl", '{"step": 1}\n', "metrics.jsonl:1: 'loss' must be a number, got null"),
+    "metrics.jsonl record a list": ("metrics.jsonl", "[1, 2]\n", "metrics.jsonl:1: a record must be a JSON object"),
+}
+
+
+def damage_run_file(run_dir: Path, damage: str) -> str:
+    """Spoil one file of ``run_dir`` as ``REPORT_DAMAGES[damage]`` says; return the expected message."""
+    name, content, message = REPORT_DAMAGES[damage]
+    path = run_dir / name
+    if isinstance(content, dict):  # change one key of run.json
+        path.write_text(json.dumps(json.loads(path.read_text()) | content))
+    elif content is None:  # a metric of the wrong type in evaluation.json
+        results = json.loads(path.read_text())
+        results["collection"]["nDCG@10"] = "x"
+        path.write_text(json.dumps(results))
+    else:
+        path.write_text(content)
+    return message
+
+
+@pytest.mark.parametrize("damage", list(REPORT_DAMAGES))
+def test_report_on_damaged_run_files_is_an_error_naming_the_file_and_writes_nothing(tmp_path, damage):
+    sweep_dir = tmp_path / "sweep"
+    run_dir = write_finished_run(sweep_dir)
+    message = damage_run_file(run_dir, damage)
+    with pytest.raises(InputError) as error:
+        build_report(sweep_dir)
+    assert str(error.value).startswith(f"{run_dir}/") and message in str(error.value)
+    assert sorted(path.name for path in sweep_dir.iterdir()) == ["runs"]
+
+
+@pytest.mark.parametrize("damage", ["run.json garbage", "evaluation.json metric a string"])
+def test_cli_report_on_damaged_run_files_is_one_error_line(tmp_path, damage):
+    sweep_dir = tmp_path / "sweep"
+    run_dir = write_finished_run(sweep_dir)
+    message = damage_run_file(run_dir, damage)
+    result = report(sweep_dir)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {run_dir}/") and message in lines[0], lines
+    assert sorted(path.name for path in sweep_dir.iterdir()) == ["runs"]
+
+
+def test_report_of_the_undamaged_stand_in_works(tmp_path):
+    write_finished_run(tmp_path / "sweep")
+    result = report(tmp_path / "sweep")
+    assert result.returncode == 0, result.stderr
+    assert "| bert__k8__tied |" in (tmp_path / "sweep" / "results.md").read_text()

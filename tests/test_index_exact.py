@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from spladekit.index import ExactSearcher, SeismicSearcher, build_index, load_index
 from spladekit.vectors_ops import best_first
 from synthetic_sparse import zipf_matrix
@@ -145,3 +146,54 @@ def test_search_in_batches_equals_one_search():
                                                                              show_progress=False)
     np.testing.assert_array_equal(batched.doc_indices, whole.doc_indices)
     np.testing.assert_array_equal(batched.scores, whole.scores)
+
+
+def _edit_manifest(folder, change):
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _garble_postings_and_its_checksum(manifest, folder):
+    """A tampered folder whose manifest agrees with a garbled postings file: caught when it is read."""
+    import hashlib
+
+    (folder / "postings.npz").write_bytes(b"garbage" * 10)
+    manifest["files"]["postings.npz"] = {"sha256": hashlib.sha256(b"garbage" * 10).hexdigest(), "bytes": 70}
+
+
+MANIFEST_DAMAGES = {
+    "empty file list": (lambda m, f: (m.update(files={}), (f / "ids.json").unlink()), "the manifest does not list postings.npz"),
+    "empty file list, ids present": (lambda m, f: m.update(files={}), "ids.json is not listed in the manifest"),
+    "backend file unlisted": (lambda m, f: m["files"].pop("postings.npz"), "the manifest does not list postings.npz"),
+    "ids unlisted": (lambda m, f: m["files"].pop("ids.json"), "ids.json is not listed in the manifest"),
+    "files a list": (lambda m, f: m.update(files=["postings.npz"]), "'files' must be a JSON object, got a JSON list"),
+    "bytes a string": (lambda m, f: m["files"]["postings.npz"].update(bytes="12"), "bytes must be a non-negative integer"),
+    "sha256 missing": (lambda m, f: m["files"]["postings.npz"].pop("sha256"), "sha256 must be 64 lowercase hex digits"),
+    "file outside the folder": (lambda m, f: m["files"].update({"../x": m["files"]["ids.json"]}), "is not a file name"),
+    "vocab_size a string": (lambda m, f: m.update(vocab_size="40"), "'vocab_size' must be an integer, got '40'"),
+    "n_docs missing": (lambda m, f: m.pop("n_docs"), "no 'n_docs' in the manifest"),
+    "params a list": (lambda m, f: m.update(params=[]), "'params' must be a JSON object"),
+    "param of the wrong type": (lambda m, f: m["params"].update(query_batch="abc"), "stored parameters: exact parameter query_batch=abc"),
+    "garbled listed file": (_garble_postings_and_its_checksum, "corrupt or unreadable exact index (not in the expected format"),
+}
+
+
+@pytest.mark.parametrize("damage", list(MANIFEST_DAMAGES))
+def test_manifest_damage_is_refused_before_any_file_is_trusted(tmp_path, damage):
+    searcher = ExactSearcher.build(zipf_matrix(50, 40, 8, seed=5))
+    searcher.doc_ids = [f"d{i}" for i in range(50)]
+    searcher.save(tmp_path / "index")
+    spoil, message = MANIFEST_DAMAGES[damage]
+    _edit_manifest(tmp_path / "index", lambda manifest: spoil(manifest, tmp_path / "index"))
+    with pytest.raises(InputError, match=re.escape(message)) as error:
+        load_index(tmp_path / "index")
+    assert str(error.value).startswith(str(tmp_path / "index"))
+
+
+def test_index_ids_must_be_ids_a_run_can_carry(tmp_path):
+    searcher = ExactSearcher.build(zipf_matrix(3, 40, 8, seed=5))
+    searcher.doc_ids = ["d1", "d 2", "d3"]
+    searcher.save(tmp_path / "index")
+    with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'index' / 'ids.json'}: id #2 'd 2' contains whitespace")):
+        load_index(tmp_path / "index")

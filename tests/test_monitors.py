@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -43,3 +44,22 @@ def test_resume_keeps_the_history_up_to_the_checkpoint(tmp_path):
     log.write({"step": 3, "loss": 0.25})
     log.close()
     assert read_metrics(tmp_path) == [*RECORDS[:2], {"step": 3, "loss": 0.25}]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("[1, 2]", "metrics.jsonl:2: a record must be a JSON object, got a JSON list"),
+    ('{"loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got null"),
+    ('{"step": "2", "loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got '2'"),
+])
+def test_records_of_the_wrong_shape_are_refused_with_their_line(tmp_path, line, message):
+    write_lines(tmp_path, [json.dumps(RECORDS[0]), line])
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_metrics(tmp_path)
+    with pytest.raises(InputError, match=re.escape(message)):  # resuming reads the same way: no KeyError
+        MetricsLog(tmp_path, resume_step=1)
+
+
+def test_invalid_utf8_is_refused_without_a_traceback(tmp_path):
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"step": 1, "loss": 0.5}\n{"step": 2, "note": "\xff"}\n')
+    with pytest.raises(InputError, match=r"metrics\.jsonl: not valid UTF-8"):
+        read_metrics(tmp_path)

@@ -139,3 +139,24 @@ def test_sampling_is_a_pure_function_of_seed_and_step(tmp_path):
     # an epoch visits every group once
     assert sorted(e.query for e in training.batch(1, 5, 1, seed=1)) == [f"q{i}" for i in range(5)]
     assert all(len(set(e.negatives)) == 2 and e.negatives[0][:2] == "n" + e.query[1] for e in first[0])
+
+
+def test_collection_ids_with_whitespace_are_refused_with_file_and_line(tmp_path, id_files):
+    queries, _ = id_files
+    collection = write(tmp_path / "collection.tsv", "1\tdocument one\n2 b\tdocument two\n")
+    triplets = write(tmp_path / "ids.tsv", "a\t1\t2\n")
+    data = DataConfig(format="id_triplets", path=str(triplets), queries=str(queries), collection=str(collection))
+    with pytest.raises(InputError, match=r"collection\.tsv:2: id '2 b' contains whitespace"):
+        load_training_set(data)
+
+
+def test_hard_negative_ids_of_the_wrong_type_name_the_line(tmp_path, id_files):
+    queries, collection = id_files
+    path = write(tmp_path / "hard.jsonl", json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": [2]}}) + "\n"
+                 + json.dumps({"qid": "b", "pos": [{"pid": 2}], "neg": {"bm25": [3]}}) + "\n")
+    data = DataConfig(format="hard_negatives", path=str(path), queries=str(queries), collection=str(collection))
+    with pytest.raises(InputError, match=r"hard\.jsonl:2: a pid must be a non-empty string or an integer, got a JSON object"):
+        load_training_set(data)
+    path.write_text(json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": 2}}) + "\n")
+    with pytest.raises(InputError, match=r'hard\.jsonl:1: "neg" must map each system to a list of pids'):
+        load_training_set(data)

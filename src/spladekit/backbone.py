@@ -17,16 +17,19 @@ from typing import TYPE_CHECKING, cast
 import torch
 from torch import nn
 
-from spladekit.errors import SpladekitError
+from spladekit.data.lines import error_reason, expect, first_line, read_json, reading
+from spladekit.errors import InputError, SpladekitError
 from spladekit.foreign_models import resolve_model_folder
 from spladekit.sources import is_local_model
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
+JSON_OBJECT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                     "generation_config.json")
 
 
 @dataclass
@@ -56,6 +59,9 @@ def quiet_transformers() -> Iterator[None]:
 
 
 def check_model_folder(path: Path) -> None:
+    """A local model folder, checked before transformers reads it: ``config.json`` is a JSON object and every
+    weight file is intact (safetensors headers cover their files; a sharded checkpoint's index names files
+    that exist). A problem is an :class:`InputError` naming the file."""
     if not path.exists():
         raise SpladekitError(f"{path}: no such model folder (and not a hub id)")
     if not path.is_dir():
@@ -64,39 +70,89 @@ def check_model_folder(path: Path) -> None:
         raise SpladekitError(f"{path}: no config.json: not a transformers model folder")
     if not any(any(path.glob(pattern)) for pattern in WEIGHT_PATTERNS):
         raise SpladekitError(f"{path}: no model weights (*.safetensors or pytorch_model.bin) in the folder")
+    for json_file in sorted(path.glob("*.json")):  # config, tokenizer files…: syntax, and objects where required
+        read_json(json_file, dict if json_file.name in JSON_OBJECT_FILES else None)
+    for index_file in sorted(path.glob("*.index.json")):  # sharded checkpoints
+        weight_map = expect(read_json(index_file, dict).get("weight_map"), dict, "'weight_map'", index_file)
+        for shard in dict.fromkeys(weight_map.values()):
+            expect(shard, str, "a 'weight_map' value", index_file)
+            if not (path / shard).is_file():
+                raise InputError(f"names the shard {shard!r}, which is not in the folder", index_file)
+    for weights in sorted(path.glob("*.safetensors")):
+        check_safetensors(weights)
+
+
+def check_safetensors(path: Path) -> None:
+    """Parse the header of a safetensors file (no tensor is read): a truncated, empty or garbled file is an
+    :class:`InputError` naming it (safetensors checks that the header's tensors cover the file exactly)."""
+    from safetensors import SafetensorError, safe_open
+
+    with reading(path, "safetensors weights", SafetensorError), safe_open(str(path), framework="pt") as handle:
+        handle.keys()
+
+
+def load_config(folder: Path, trust_remote_code: bool) -> PretrainedConfig:
+    """The transformers config of a local folder; a value of the wrong type (``"hidden_size": "abc"``), an
+    unknown ``model_type``… is an :class:`InputError` naming ``config.json``. Remote code stays the
+    caller's decision (its ValueError passes through)."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" in str(error):
+            raise
+        raise InputError(f"invalid model config ({first_line(error)})", folder / "config.json") from None
+    except (TypeError, KeyError, OSError, StrictDataclassError) as error:
+        raise InputError(f"invalid model config ({first_line(error)})", folder / "config.json") from None
 
 
 def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, device: str | None = None) -> Backbone:
     """Load ``AutoModelForMaskedLM`` + ``AutoTokenizer`` from a local folder or a hub id.
 
+    A local folder is checked first (:func:`check_model_folder`, :func:`load_config`); whatever transformers
+    still cannot read (a damaged ``pytorch_model.bin``, weights of the wrong shapes, a broken tokenizer) is a
+    :class:`SpladekitError` naming the folder and the library's exception, never a traceback.
     Weights absent from the checkpoint (e.g. the MLM transform of an encoder saved without its head)
     are listed in ``Backbone.fresh_keys`` and logged as a warning: they are random until trained.
     Remote (custom) model code runs only with ``trust_remote_code=True``.
     """
+    import pickle  # only for its error type: transformers reads .bin weights with torch.load(weights_only=True)
+
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     source = str(path_or_id)
     settings: dict = {}
-    if is_local_model(source):
-        resolved = resolve_model_folder(Path(source).expanduser())  # sentence-transformers / naver folders
-        path, settings = resolved.path, dict(resolved.settings)
-        check_model_folder(path)
-        source = str(path)
+    config = None
     try:
         with quiet_transformers():  # we report the load ourselves, in one line
+            if is_local_model(source):
+                resolved = resolve_model_folder(Path(source).expanduser())  # sentence-transformers / naver folders
+                path, settings = resolved.path, dict(resolved.settings)
+                check_model_folder(path)
+                source = str(path)
+                config = load_config(path, trust_remote_code)
             model, info = AutoModelForMaskedLM.from_pretrained(
-                source, trust_remote_code=trust_remote_code, output_loading_info=True
+                source, config=config, trust_remote_code=trust_remote_code, output_loading_info=True
             )
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except SpladekitError:
+        raise
     except ValueError as error:
         if "trust_remote_code" in str(error):
             raise SpladekitError(
                 f"{source}: this model needs its own (remote) code; pass --trust-remote-code "
                 "(trust_remote_code=True) if you trust it"
             ) from None
-        raise SpladekitError(f"{source}: cannot load as a masked-LM model: {error}") from None
+        raise SpladekitError(f"{source}: cannot load as a masked-LM model: {first_line(error)}") from None
     except OSError as error:
-        raise SpladekitError(f"{source}: cannot load model: {str(error).splitlines()[0]}") from None
+        raise SpladekitError(f"{source}: cannot load model: {first_line(error)}") from None
+    except pickle.UnpicklingError:  # its message suggests weights_only=False: never, for a file we cannot trust
+        raise SpladekitError(f"{source}: cannot load model: a pytorch_model*.bin file is damaged or holds more than "
+                             "tensors (torch.load(weights_only=True) refused it); use safetensors weights") from None
+    except Exception as error:  # whatever else transformers/tokenizers raise on a damaged folder
+        raise SpladekitError(f"{source}: cannot load model ({type(error).__name__}: {error_reason(error)})") from error
     fresh = sorted(info.get("missing_keys", []))
     if fresh:
         log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))

@@ -16,9 +16,9 @@ from tqdm.auto import tqdm
 
 from spladekit.atomic import atomic_directory
 from spladekit.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
-from spladekit.data.lines import read_json
-from spladekit.errors import SpladekitError
-from spladekit.head import rescale, rescale_record
+from spladekit.data.lines import describe, expect, read_json
+from spladekit.errors import InputError, SpladekitError
+from spladekit.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model_card import write_model_card
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from spladekit.vectors import dense_to_csr
@@ -31,6 +31,44 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, t
     "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
     "naive": splade_max_pool,
 }
+
+
+# spladekit.json values read back, with their JSON types (absent or null: not recorded).
+METADATA_TYPES: dict[str, type | tuple[type, ...]] = {"max_length": int, "backbone": str, "spladekit_version": str,
+                                                      "rescale": dict, "pooling": str}
+
+
+def read_metadata(folder: Path) -> dict:
+    """``spladekit.json`` of a saved model (``{}`` when absent): a JSON object whose known values have their
+    types and a positive ``max_length``; anything else is an :class:`InputError` naming the file."""
+    path = folder / METADATA_FILE
+    if not path.is_file():
+        return {}
+    metadata = read_json(path, dict)
+    for key, kinds in METADATA_TYPES.items():
+        if metadata.get(key) is not None:
+            expect(metadata[key], kinds, f"{key!r}", path)
+    if metadata.get("max_length") is not None and metadata["max_length"] < 1:
+        raise InputError(f"'max_length' must be a positive integer, got {metadata['max_length']}", path)
+    return metadata
+
+
+def check_rescale_record(record: object, config_file: Path) -> None:
+    """The rescaling a model folder records in its ``config.json`` (``spladekit_rescale``): absent, or
+    ``{"k": positive number, "mode": "tied" | "untie", "rescale_bias": bool}``."""
+    if record is None:
+        return
+    what = f"{CONFIG_ATTRIBUTE!r}"
+    expect(record, dict, what, config_file)
+    assert isinstance(record, dict)  # for mypy: expect() raised otherwise
+    try:
+        parse_k(record.get("k"))
+    except SpladekitError as error:
+        raise InputError(f"{what}: {error}", config_file) from None
+    if record.get("mode") not in RESCALE_MODES:
+        raise InputError(f"{what}: mode must be one of {', '.join(RESCALE_MODES)}, got {describe(record.get('mode'))}",
+                         config_file)
+    expect(record.get("rescale_bias"), bool, f"{what}: rescale_bias", config_file)
 
 
 class SparseEncoder(nn.Module):
@@ -74,8 +112,8 @@ class SparseEncoder(nn.Module):
         ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`).
         """
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
-        metadata_path = Path(backbone.source) / METADATA_FILE
-        metadata = read_json(metadata_path, dict) if metadata_path.is_file() else {}
+        metadata = read_metadata(Path(backbone.source))
+        check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
         max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
                       or DEFAULT_MAX_LENGTH)
         encoder = cls(backbone, max_length=max_length, pooling=pooling)

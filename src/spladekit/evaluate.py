@@ -14,7 +14,8 @@ Efficiency (SPLADE's definitions, Formal et al. 2021):
 
 Encoded corpora are cached under ``$SPLADEKIT_CACHE`` (default ``~/.cache/spladekit``) in
 ``vectors/<sha256(model hash, corpus hash, max length)>/`` so that re-evaluating the same model on the
-same corpus does not re-encode it.
+same corpus does not re-encode it. A damaged entry is read through ``Vectors.load`` like any vectors
+folder; it is then ignored with a warning and re-encoded (see :func:`read_cache_entry`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,25 @@ def corpus_fingerprint(corpus: Corpus) -> str:
     return digest.hexdigest()
 
 
+def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors | None:
+    """The cached vectors in ``folder``, or None when there are none or the entry is unusable.
+
+    A cache entry is derived data under a content hash, so a damaged one (truncated file, foreign ids,
+    another vocabulary) holds nothing the user could lose: it is reported as a warning, ignored and
+    replaced by the re-encoding, rather than stopping the evaluation until someone deletes it by hand.
+    """
+    if not folder.exists():
+        return None
+    try:
+        vectors = Vectors.load(folder)
+        if vectors.ids != corpus.ids or vectors.vocab_size != vocab_size:
+            raise InputError("cached vectors do not match the corpus or the model", folder)
+    except InputError as error:
+        logger.warning("ignoring a damaged evaluation cache entry, re-encoding: %s", error)
+        return None
+    return vectors
+
+
 def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch_size: int = 32,
                   cache: bool = True, show_progress: bool = True) -> tuple[Vectors, dict]:
     """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache.
@@ -106,12 +126,10 @@ def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch
         key = hashlib.sha256(f"{model_fingerprint(encoder)}|{corpus_fingerprint(corpus)}|{max_length}|"
                              f"{encoder.pooling}".encode()).hexdigest()
         folder = cache_root() / "vectors" / key
-        if folder.is_dir():
-            vectors = Vectors.load(folder)
-            if vectors.ids != corpus.ids or vectors.vocab_size != encoder.vocab_size:
-                raise InputError("cached vectors do not match the corpus or model; delete this folder", folder)
-            return vectors, {"encode_docs_seconds": vectors.meta.get("encode_seconds"), "corpus_cached": True,
-                             "cache_dir": str(folder)}
+        cached = read_cache_entry(folder, corpus, encoder.vocab_size)
+        if cached is not None:
+            return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
+                            "cache_dir": str(folder)}
     started = time.perf_counter()
     matrix = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress)
     seconds = round(time.perf_counter() - started, 3)

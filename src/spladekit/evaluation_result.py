@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from spladekit.atomic import atomic_file
-from spladekit.data.lines import read_json
+from spladekit.data.lines import describe, expect, read_json
 from spladekit.errors import InputError
 
 EFFICIENCY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz", "docs", "queries", "search_ms_per_query")
@@ -76,30 +76,52 @@ class EvaluationResult:
         return payload
 
     @classmethod
-    def from_dict(cls, payload: dict, source: str | Path | None = None) -> EvaluationResult:
-        """Inverse of :meth:`to_dict`; also reads files written before ``measures`` was recorded."""
+    def from_dict(cls, payload: object, source: str | Path | None = None, where: str = "") -> EvaluationResult:
+        """Inverse of :meth:`to_dict`; also reads files written before ``measures`` was recorded.
+
+        Every value is checked for its type (measures and efficiency numbers, timings numbers or null,
+        ``per_query`` ``{measure: {query id: number}}``…): a wrong one is an :class:`InputError` naming
+        ``source`` and the key (``where`` prefixes keys inside a suite's ``datasets``)."""
         if not isinstance(payload, dict):
-            raise InputError("an evaluation result must be a JSON object", source)
+            what = repr(where.removesuffix(".")) if where else "an evaluation result"
+            raise InputError(f"{what} must be a JSON object, got {describe(payload)}", source)
+
+        def key(name: object) -> str:
+            return repr(f"{where}{name}")
+
         measures = payload.get("measures")
         if measures is None:
             # Written by spladekit < 0.2: a key is a measure when ir_measures can parse it.
-            measures = [key for key in payload if key not in (*EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS)
-                        and _is_measure(key) and isinstance(payload[key], (int, float))]
+            measures = [name for name in payload if name not in (*EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS)
+                        and _is_measure(name) and isinstance(payload[name], (int, float))]
         if not isinstance(measures, list) or not all(isinstance(m, str) and m in payload for m in measures):
-            raise InputError("'measures' must list measure names present in the result", source)
-        members = payload.get("datasets") or {}
-        if not isinstance(members, dict):
-            raise InputError("'datasets' must be an object", source)
+            raise InputError(f"{key('measures')} must list measure names present in the result", source)
+        for name in measures:
+            expect(payload[name], float, key(name), source)
+        for name in EFFICIENCY_KEYS:
+            if name in payload:
+                expect(payload[name], float, key(name), source)
+        for name in TIMING_KEYS:
+            if name in payload:
+                expect(payload[name], (float, type(None)), key(name), source)
+        for name in ("name", "suite"):
+            expect(payload.get(name), (str, type(None)), key(name), source)
+        per_query = expect(payload.get("per_query") or {}, dict, key("per_query"), source)
+        for measure, values in per_query.items():
+            expect(values, dict, key(f"per_query.{measure}"), source)
+            for query_id, value in values.items():
+                expect(value, float, f"{key(f'per_query.{measure}')}[{query_id!r}]", source)
+        members = expect(payload.get("datasets") or {}, dict, key("datasets"), source)
         used = {*measures, *EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS}
         return cls(
-            name=str(payload.get("name") or payload.get("suite") or ""),
+            name=payload.get("name") or payload.get("suite") or "",
             measures=tuple(measures),
             metrics={measure: payload[measure] for measure in measures},
-            per_query=payload.get("per_query") or {},
-            efficiency={key: payload[key] for key in EFFICIENCY_KEYS if key in payload},
-            timings={key: payload[key] for key in TIMING_KEYS if key in payload},
-            provenance={key: value for key, value in payload.items() if key not in used},
-            members={name: cls.from_dict(member, source) for name, member in members.items()},
+            per_query=per_query,
+            efficiency={name: payload[name] for name in EFFICIENCY_KEYS if name in payload},
+            timings={name: payload[name] for name in TIMING_KEYS if name in payload},
+            provenance={name: value for name, value in payload.items() if name not in used},
+            members={name: cls.from_dict(member, source, f"{where}datasets.{name}.") for name, member in members.items()},
         )
 
     def save(self, path: str | Path) -> Path:

@@ -3,7 +3,9 @@
 TREC format, one hit per line: ``query_id Q0 doc_id rank score tag``. Hits are kept best first; equal
 scores keep the order the search returned them in (the backends order ties by document row), so a run
 written and read back ranks identically. ``Run.scores`` is the ``{query_id: {doc_id: score}}`` mapping
-that ``ir_measures`` takes directly.
+that ``ir_measures`` takes directly. Ids must be ones a TREC line can carry
+(:func:`spladekit.data.lines.id_problem`): ``write`` refuses any other rather than write a file that
+nothing can read back.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from spladekit.atomic import atomic_file
-from spladekit.data.lines import numbered_lines
-from spladekit.errors import InputError
+from spladekit.data.lines import id_problem, numbered_lines
+from spladekit.errors import InputError, SpladekitError
 
 
 @dataclass
@@ -47,12 +49,29 @@ class Run:
         })
 
     def write(self, path: str | Path, tag: str = "spladekit") -> Path:
-        """Write the run as a TREC file, atomically; ranks follow the stored order (best first)."""
+        """Write the run as a TREC file, atomically; ranks follow the stored order (best first).
+
+        An id (or ``tag``) that a TREC line cannot carry is a :class:`SpladekitError`, and nothing is written."""
+        self.check_ids(tag)
         with atomic_file(path) as stream:
             for query_id, hits in self.scores.items():
                 for rank, (doc_id, score) in enumerate(_ranked(hits), start=1):
                     stream.write(f"{query_id} Q0 {doc_id} {rank} {score:.6f} {tag}\n")
         return Path(path)
+
+    def check_ids(self, tag: str = "spladekit") -> None:
+        """Refuse ids (and a tag) that would break the TREC columns: empty, or holding whitespace."""
+        problem = id_problem(tag)
+        if problem is not None:
+            raise SpladekitError(f"run tag {problem}")
+        for query_id, hits in self.scores.items():
+            problem = id_problem(query_id)
+            if problem is not None:
+                raise SpladekitError(f"query id {problem}")
+            for doc_id in hits:
+                problem = id_problem(doc_id)
+                if problem is not None:
+                    raise SpladekitError(f"document id {problem} (query {query_id!r})")
 
     @classmethod
     def read(cls, path: str | Path) -> Run:

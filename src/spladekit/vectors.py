@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 import warnings
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from spladekit.atomic import atomic_directory
+from spladekit.data.lines import expect, read_id_list, read_json, reading
 from spladekit.errors import InputError
 
 VECTORS_FILE = "vectors.npz"
@@ -76,28 +75,36 @@ class Vectors:
 
     @classmethod
     def load(cls, folder: str | Path) -> Vectors:
-        """Read a vectors folder; a missing or unreadable file is an :class:`InputError` naming it."""
+        """Read a vectors folder through the strict readers: a missing, truncated or garbled file, an id
+        that is not a string a TREC line can carry, a meta value of the wrong type or a count mismatch is
+        an :class:`InputError` naming the file."""
         folder = Path(folder)
+        if not folder.is_dir():
+            raise InputError("no such vectors folder" if not folder.exists() else "expected a vectors folder, got a file",
+                             folder)
         for name in (VECTORS_FILE, IDS_FILE):
             if not (folder / name).is_file():
                 raise InputError(f"missing {name}: not a spladekit vectors folder", folder)
-        try:
-            matrix = sp.load_npz(folder / VECTORS_FILE).tocsr()
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-            raise InputError(f"unreadable sparse matrix ({error})", folder / VECTORS_FILE) from None
-        ids = _read_json(folder / IDS_FILE)
-        meta = _read_json(folder / META_FILE) if (folder / META_FILE).is_file() else {}
-        if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
-            raise InputError("expected a JSON list of id strings", folder / IDS_FILE)
-        if not isinstance(meta, dict):
-            raise InputError("expected a JSON object", folder / META_FILE)
+        matrix = read_matrix(folder / VECTORS_FILE)
+        ids = read_id_list(folder / IDS_FILE)
+        meta = read_json(folder / META_FILE, dict) if (folder / META_FILE).is_file() else {}
+        for key, kinds in META_TYPES.items():
+            if meta.get(key) is not None:
+                expect(meta[key], kinds, f"{key!r}", folder / META_FILE)
         if matrix.shape[0] != len(ids):
-            raise InputError(f"{matrix.shape[0]} vectors but {len(ids)} ids", folder)
-        return cls(matrix.astype(np.float32, copy=False), ids, meta)
+            raise InputError(f"{matrix.shape[0]} vectors in {VECTORS_FILE} but {len(ids)} ids in {IDS_FILE}", folder)
+        return cls(matrix, ids, meta)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"not valid JSON ({error})", path) from None
+# meta.json values that commands read (index, export, the evaluation cache), when present.
+META_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "max_length": int, "encode_seconds": float}
+
+
+def read_matrix(path: Path) -> sp.csr_matrix:
+    """A ``vectors.npz``: a valid CSR matrix of real numbers (no pickle), as float32."""
+    with reading(path, "sparse matrix (vectors.npz)"):
+        matrix = sp.load_npz(path).tocsr()
+        matrix.check_format(full_check=True)  # indices within the shape, indptr monotone and complete
+    if matrix.dtype.kind not in "fiu":
+        raise InputError(f"expected real-valued vectors, got dtype {matrix.dtype}", path)
+    return matrix.astype(np.float32, copy=False)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus
+from spladekit.data.lines import check_id
 from spladekit.data.trec import Qrels, read_qrels
 from spladekit.errors import InputError, SpladekitError
 from spladekit.sources import is_local
@@ -112,7 +113,8 @@ def load_hf_dataset(source: str, name: str | None = None) -> Collection:
     for number, row in enumerate(_hf_rows(source, "qrels"), start=1):
         if "query-id" not in row or "corpus-id" not in row:
             raise InputError("qrels rows need 'query-id' and 'corpus-id'", where["qrels"], number)
-        query_id, doc_id = str(row["query-id"]), str(row["corpus-id"])
+        query_id = check_id(row["query-id"], "'query-id'", where["qrels"], number)
+        doc_id = check_id(row["corpus-id"], "'corpus-id'", where["qrels"], number)
         judged = qrels.setdefault(query_id, {})
         if doc_id in judged:
             raise InputError(f"duplicate judgment for query {query_id!r}, document {doc_id!r}", where["qrels"], number)
@@ -161,7 +163,9 @@ def load_ir_dataset(dataset_id: str, split: str | None = None, name: str | None 
     )
     qrels: Qrels = {}
     for number, judgment in enumerate(dataset.qrels_iter(), start=1):
-        qrels.setdefault(judgment.query_id, {})[judgment.doc_id] = _grade(judgment.relevance, dataset_id, number)
+        query_id = check_id(judgment.query_id, "qrels query id", dataset_id, number)
+        doc_id = check_id(judgment.doc_id, "qrels doc id", dataset_id, number)
+        qrels.setdefault(query_id, {})[doc_id] = _grade(judgment.relevance, dataset_id, number)
     return Collection(name=name or dataset_id, corpus=corpus, queries=queries, qrels=qrels, source=dataset_id)
 
 

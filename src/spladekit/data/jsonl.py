@@ -1,7 +1,8 @@
 """Strict JSONL corpus reader: every problem is reported as ``file:line: what is wrong``.
 
 A corpus line is ``{"_id": str, "text": str, "title"?: str}`` (the BEIR layout). The encoded text is
-``title + " " + text`` when a non-empty title is present, as BEIR's SPLADE evaluations do.
+``title + " " + text`` when a non-empty title is present, as BEIR's SPLADE evaluations do. Ids follow
+:func:`spladekit.data.lines.check_id`: non-empty, no whitespace (they end up in TREC runs).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from spladekit.data.lines import json_records, numbered_lines
+from spladekit.data.lines import check_id, json_records, numbered_lines
 from spladekit.errors import InputError
 
 
@@ -49,11 +50,8 @@ def corpus_from_records(
         for field in (id_field, text_field):
             if field not in record:
                 raise InputError(f"missing field {field!r}", source, number)
-        doc_id, text, title = record[id_field], record[text_field], record.get("title") or ""
-        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
-            doc_id = str(doc_id)
-        if not isinstance(doc_id, str) or not doc_id:
-            raise InputError(f"field {id_field!r} must be a non-empty string", source, number)
+        doc_id = check_id(record[id_field], f"field {id_field!r}", source, number)
+        text, title = record[text_field], record.get("title") or ""
         if not isinstance(text, str) or not isinstance(title, str):
             raise InputError(f"fields {text_field!r} and 'title' must be strings", source, number)
         if doc_id in seen:

@@ -16,18 +16,10 @@ import json
 import math
 from pathlib import Path
 
-from spladekit.data.lines import json_records, numbered_lines
+from spladekit.data.lines import check_id, json_records, numbered_lines
 from spladekit.errors import InputError
 
 TeacherScores = dict[tuple[str, str], float]
-
-
-def _identifier(value: object, what: str, path: Path, number: int) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, str) and value:
-        return value
-    raise InputError(f"{what} must be a non-empty string or an integer, got {value!r}", path, number)
 
 
 def _score(value: object, path: Path, number: int) -> float:
@@ -43,7 +35,7 @@ def read_teacher_jsonl(path: str | Path) -> TeacherScores:
     for number, record in json_records(numbered_lines(path), path):
         if not isinstance(record, dict) or not {"qid", "pid", "score"} <= record.keys():
             raise InputError('expected an object with "qid", "pid" and "score"', path, number)
-        key = (_identifier(record["qid"], "qid", path, number), _identifier(record["pid"], "pid", path, number))
+        key = (check_id(record["qid"], "qid", path, number), check_id(record["pid"], "pid", path, number))
         if key in scores:
             raise InputError(f"duplicate teacher score for qid {key[0]!r}, pid {key[1]!r}", path, number)
         scores[key] = _score(record["score"], path, number)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 
 from spladekit.data.jsonl import read_corpus
-from spladekit.data.lines import numbered_lines
+from spladekit.data.lines import check_id, numbered_lines
 from spladekit.data.teacher import READERS, TeacherScores
 from spladekit.data.triplets import read_triplets
 from spladekit.errors import InputError, SpladekitError
@@ -125,6 +125,7 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
         key, separator, text = line.partition("\t")
         if not separator or not key or not text.strip():
             raise InputError("expected id<TAB>text with a non-empty id and text", path, number)
+        check_id(key, "id", path, number)
         if key in texts:
             raise InputError(f"duplicate id {key!r}", path, number)
         texts[key] = text
@@ -181,11 +182,14 @@ def _hard_negatives(data: DataConfig) -> TrainingSet:
         if not isinstance(record, dict) or not {"qid", "pos", "neg"} <= record.keys() \
                 or not isinstance(record["pos"], list) or not isinstance(record["neg"], dict):
             raise InputError('expected {"qid": …, "pos": [pid…], "neg": {system: [pid…]}}', data.path, number)
-        qid = str(record["qid"])
+        qid = check_id(record["qid"], "qid", data.path, number)
         _check_known(qid, queries, "query", data.path, number, data.queries)
         systems = data.negative_systems or list(record["neg"])
-        positives = [str(pid) for pid in record["pos"]]
-        negatives = [str(pid) for system in systems for pid in record["neg"].get(system, [])]
+        listed = [record["neg"].get(system) or [] for system in systems]
+        if not all(isinstance(pids, list) for pids in listed):
+            raise InputError('"neg" must map each system to a list of pids', data.path, number)
+        positives = [check_id(pid, "a pid", data.path, number) for pid in record["pos"]]
+        negatives = [check_id(pid, "a pid", data.path, number) for pids in listed for pid in pids]
         negatives = [pid for pid in dict.fromkeys(negatives) if pid not in positives]
         for doc in positives + negatives:
             _check_known(doc, documents, "document", data.path, number, data.collection)

@@ -5,6 +5,9 @@ Qrels: ``{query_id: {doc_id: relevance}}``. Two layouts are read:
 * BEIR TSV: header ``query-id<TAB>corpus-id<TAB>score``, then one judgment per line;
 * TREC: ``query_id iteration doc_id relevance`` (whitespace separated, no header).
 
+Ids follow :func:`spladekit.data.lines.check_id` (a BEIR TSV id with a space could not be written back
+as TREC).
+
 Runs (TREC result files) are :class:`spladekit.run.Run`.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spladekit.data.lines import numbered_lines
+from spladekit.data.lines import check_id, numbered_lines
 from spladekit.errors import InputError
 
 Qrels = dict[str, dict[str, int]]
@@ -48,7 +51,8 @@ def read_qrels(path: str | Path) -> Qrels:
         if layout == "trec" and len(fields) != 4:
             raise InputError(f"expected 4 fields (query_id iteration doc_id relevance), got {len(fields)}",
                              path, number)
-        query_id, doc_id, relevance = fields[0], fields[-2], _integer(fields[-1], "relevance", path, number)
+        query_id, doc_id = check_id(fields[0], "query id", path, number), check_id(fields[-2], "doc id", path, number)
+        relevance = _integer(fields[-1], "relevance", path, number)
         judged = qrels.setdefault(query_id, {})
         if doc_id in judged:
             raise InputError(f"duplicate judgment for query {query_id!r}, document {doc_id!r}", path, number)

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from spladekit.atomic import atomic_file
-from spladekit.data.lines import read_json
 from spladekit.errors import SpladekitError
-from spladekit.experiments.sweep import RUN_FILE, read_evaluation
+from spladekit.experiments.sweep import RUN_FILE, read_evaluation, read_run_record
 from spladekit.train.monitors import read_metrics
 
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG
                  ("beir13", "nDCG@10", "BEIR-13 nDCG@10"), ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"))
 SUITE_NAMES = tuple(suite for suite, _, _ in SUITE_COLUMNS)
 PRIMARY = ("NanoBEIR nDCG@10", "BEIR-13 nDCG@10", "mean nDCG@10")
+LOSS_NUMBERS = ("step", "loss")  # what the report reads from each metrics.jsonl record
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -37,17 +37,20 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def collect(directory: str | Path) -> list[dict]:
-    """One row per run folder with a ``run.json`` (unfinished runs are listed with their status)."""
+    """One row per run folder with a ``run.json`` (unfinished runs are listed with their status).
+
+    Every file is read strictly (``read_run_record``, ``EvaluationResult.from_dict``, ``read_metrics``):
+    a damaged one is an error naming it, before anything is written."""
     directory = Path(directory)
     run_files = sorted((directory / "runs").glob(f"*/{RUN_FILE}"))
     if not run_files:
         raise SpladekitError(f"{directory}: no runs/*/{RUN_FILE}: not a sweep folder (see `spladekit sweep`)")
     rows = []
     for run_file in run_files:
-        record = read_json(run_file, dict)
+        record = read_run_record(run_file)
         run_dir = run_file.parent
         evaluation = read_evaluation(run_dir)
-        metrics = read_metrics(run_dir)
+        metrics = read_metrics(run_dir, numbers=LOSS_NUMBERS)
         row = {key: record.get(key) for key in ("run", "backbone", "backbone_id", "k", "mode", "inflate", "status",
                                                  "initial_head_norm", "auto_k")}
         row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
@@ -168,7 +171,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
         for row in rows:
             if row["backbone"] != backbone:
                 continue
-            metrics = read_metrics(directory / "runs" / row["run"])
+            metrics = read_metrics(directory / "runs" / row["run"], numbers=LOSS_NUMBERS)
             if metrics:
                 axis.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label=f"k={_format(row['k'], 'k')} {row['mode']}")
         axis.set_title(backbone)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from spladekit.atomic import atomic_file
-from spladekit.data.lines import read_json
+from spladekit.data.lines import expect, read_json
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import RESCALE_MODES, parse_k
@@ -334,7 +334,7 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
         report = diagnose(encoder).to_dict() | {"inflate": spec.inflate, "inflate_mode": spec.inflate_mode,
                                                  "source": spec.id}
         _write_json(report_path, report)
-    return path, read_json(report_path, dict)
+    return path, read_head_report(report_path)
 
 
 def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
@@ -352,13 +352,48 @@ def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> 
     return results
 
 
+# run.json: the keys a report and a resumed sweep read, with their JSON types (the first five are required).
+RUN_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "run": str, "backbone": str, "k": (float, str), "mode": str, "status": str, "backbone_id": (str, type(None)),
+    "inflate": (float, type(None)), "inflate_mode": (str, type(None)), "set": (list, type(None)),
+    "initial_head_norm": (float, type(None)), "auto_k": (float, type(None)),
+    "initial_median_pair_score": (float, type(None)), "seconds": (float, type(None)),
+}
+# backbones/<name>.diagnose.json: the numbers a run record copies from it.
+HEAD_REPORT_NUMBERS = ("frobenius_norm", "recommended_k", "median_pair_score")
+
+
+def read_run_record(path: Path) -> dict:
+    """A ``run.json``: a JSON object with ``run``, ``backbone``, ``k`` (a number or ``"auto"``), ``mode`` and
+    ``status``, every known value of its type; anything else is an :class:`InputError` naming the file."""
+    record = read_json(path, dict)
+    for key, kinds in RUN_RECORD_TYPES.items():
+        if key in record:
+            expect(record[key], kinds, repr(key), path)
+        elif key in ("run", "backbone", "k", "mode", "status"):
+            raise InputError(f"no {key!r} in the run record", path)
+    if isinstance(record["k"], str) and record["k"] != "auto":
+        raise InputError(f"'k' must be a number or 'auto', got {record['k']!r}", path)
+    for item in record.get("set") or []:
+        expect(item, str, "a 'set' entry", path)
+    return record
+
+
+def read_head_report(path: Path) -> dict:
+    """A ``backbones/<name>.diagnose.json`` written by an earlier attempt, with the numbers runs copy."""
+    report = read_json(path, dict)
+    for key in HEAD_REPORT_NUMBERS:
+        expect(report.get(key), float, repr(key), path)
+    return report
+
+
 def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
     """A run's ``evaluation.json`` ({name: result}); empty when the run has not been evaluated."""
     path = run_dir / EVALUATION_FILE
     if not path.is_file():
         return {}
     payload = read_json(path, dict)
-    return {name: EvaluationResult.from_dict(result, path) for name, result in payload.items()}
+    return {name: EvaluationResult.from_dict(result, path, f"{name}.") for name, result in payload.items()}
 
 
 def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
@@ -370,7 +405,7 @@ def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     spec = next(spec for spec in sweep.backbones if spec.name == cell.backbone)
     run_dir = output / "runs" / cell.name
     record_path = run_dir / RUN_FILE
-    previous = read_json(record_path, dict) if record_path.is_file() else {}
+    previous = read_run_record(record_path) if record_path.is_file() else {}
     if previous.get("status") == "done":
         log.info("%s: finished earlier, skipped", cell.name)
         return previous

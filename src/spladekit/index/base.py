@@ -82,6 +82,12 @@ class Searcher(abc.ABC):
     def read_files(cls, folder: Path, manifest: dict) -> Searcher:
         """Rebuild the searcher from ``folder`` (checksums already verified)."""
 
+    @classmethod
+    @abc.abstractmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        """The names of the files ``read_files`` reads, for an index built with ``params``: loading refuses a
+        manifest that does not list (hence verify) each of them."""
+
     def save(self, path: str | Path, meta: dict | None = None, overwrite: bool = False) -> None:
         write_index(path, self, meta=meta, overwrite=overwrite)
 

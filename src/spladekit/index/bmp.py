@@ -44,6 +44,7 @@ from spladekit.vectors_ops import best_first, quantize
 logger = logging.getLogger("spladekit")
 
 INDEX_FILE = "index.bmp"
+TERMS_FILE = "terms.npy"  # bool mask of the vocabulary ids that have postings
 MAX_VOCAB = 65_535
 LEVELS = 255
 QUERY_MAX = 32  # bmp rescales each query so that its largest weight is 32
@@ -180,11 +181,15 @@ class BmpSearcher(Searcher):
 
     def write_files(self, folder: Path) -> None:
         shutil.copyfile(self.path, folder / INDEX_FILE)
-        np.save(folder / "terms.npy", self.terms, allow_pickle=False)
+        np.save(folder / TERMS_FILE, self.terms, allow_pickle=False)
+
+    @classmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        return (INDEX_FILE, TERMS_FILE)
 
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> BmpSearcher:
-        terms = np.load(folder / "terms.npy", allow_pickle=False)
+        terms = np.load(folder / TERMS_FILE, allow_pickle=False)
         if terms.shape != (manifest["vocab_size"],):
-            raise InputError("term mask does not match the manifest's vocabulary size", folder / "terms.npy")
+            raise InputError("term mask does not match the manifest's vocabulary size", folder / TERMS_FILE)
         return cls(folder / INDEX_FILE, manifest["vocab_size"], manifest["n_docs"], manifest["params"], terms)

@@ -64,6 +64,10 @@ class ExactSearcher(Searcher):
         sp.save_npz(folder / POSTINGS_FILE, self.postings, compressed=False)
 
     @classmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        return (POSTINGS_FILE,)
+
+    @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> ExactSearcher:
         postings = sp.load_npz(folder / POSTINGS_FILE).tocsr()
         return cls(postings, cls.defaults() | manifest["params"])

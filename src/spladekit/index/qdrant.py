@@ -178,6 +178,10 @@ class QdrantSearcher(Searcher):
             sp.save_npz(folder / DOCUMENTS_FILE, self.documents, compressed=False)
 
     @classmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        return () if params.get("url") else (DOCUMENTS_FILE,)  # a server index holds its documents remotely
+
+    @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> QdrantSearcher:
         params = cls.defaults() | manifest["params"]
         if params["url"]:

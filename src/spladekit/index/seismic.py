@@ -122,6 +122,10 @@ class SeismicSearcher(Searcher):
             self.index.save(str(folder / INDEX_PREFIX))
 
     @classmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        return (INDEX_FILE,)
+
+    @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> SeismicSearcher:
         import seismic
 

@@ -1,8 +1,9 @@
 """Index folders: the backend's files + ``manifest.json`` (format, version, parameters, sha256 per file).
 
 A folder is written atomically. Reading checks, before anything is deserialized, that the manifest is
-ours, that its version is supported and that every listed file has its recorded size and checksum;
-any mismatch is a :class:`SpladekitError` naming the file. Document ids, when given, are stored in
+ours, that its version is supported, that every field has its type, that every file the backend reads
+is listed and that every listed file has its recorded size and checksum; any mismatch is an
+:class:`InputError` naming the file. Document ids, when given, are stored in
 ``ids.json`` (row order). No pickle anywhere.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spladekit.atomic import atomic_directory
-from spladekit.data.lines import read_json
+from spladekit.data.lines import describe, expect, read_id_list, reading
 from spladekit.errors import InputError, SpladekitError
 
 if TYPE_CHECKING:
@@ -61,7 +62,8 @@ def write_index(path: str | Path, searcher: Searcher, meta: dict | None = None, 
 
 
 def read_manifest(path: str | Path) -> dict:
-    """The verified manifest of an index folder (format, version, sizes and checksums checked)."""
+    """The verified manifest of an index folder: format and version, the type of every field, and the
+    size and sha256 of every listed file (``ids.json``, when present, must be listed)."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if not path.is_dir() or not manifest_path.is_file():
@@ -75,7 +77,19 @@ def read_manifest(path: str | Path) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise InputError(f"index format version {manifest.get('format_version')!r} is not supported "
                          f"(this spladekit reads version {FORMAT_VERSION}); rebuild the index", manifest_path)
-    for name, expected in manifest.get("files", {}).items():
+    for key, kinds in MANIFEST_TYPES.items():
+        if key not in manifest:
+            raise InputError(f"no {key!r} in the manifest", manifest_path)
+        expect(manifest[key], kinds, f"{key!r}", manifest_path)
+    for key in ("vocab_size", "n_docs"):
+        if manifest[key] < 0:
+            raise InputError(f"{key!r} must not be negative, got {manifest[key]}", manifest_path)
+    files = manifest["files"]
+    for name, expected in files.items():
+        _check_entry(name, expected, manifest_path)
+    if (path / IDS_FILE).is_file() and IDS_FILE not in files:
+        raise InputError(f"{IDS_FILE} is not listed in the manifest, so it cannot be verified", manifest_path)
+    for name, expected in files.items():
         item = path / name
         if not item.is_file():
             raise InputError("missing index file", item)
@@ -84,13 +98,50 @@ def read_manifest(path: str | Path) -> dict:
     return manifest
 
 
+# The manifest's fields and their JSON types (checked before any is used).
+MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"backend": str, "vocab_size": int, "n_docs": int, "params": dict,
+                                                      "files": dict, "meta": dict}
+
+
+def _check_entry(name: str, expected: object, manifest_path: Path) -> None:
+    """One ``files`` entry: a plain file name of the folder → ``{"sha256": 64 hex digits, "bytes": n >= 0}``."""
+    if not name or name in (".", "..", MANIFEST) or "/" in name or "\\" in name:
+        raise InputError(f"files: {name!r} is not a file name of the index folder", manifest_path)
+    expect(expected, dict, f"files[{name!r}]", manifest_path)
+    assert isinstance(expected, dict)  # for mypy: expect() raised otherwise
+    digest, size = expected.get("sha256"), expected.get("bytes")
+    if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise InputError(f"files[{name!r}].sha256 must be 64 lowercase hex digits, got {describe(digest)}", manifest_path)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise InputError(f"files[{name!r}].bytes must be a non-negative integer, got {describe(size)}", manifest_path)
+
+
 def read_searcher(path: str | Path, backend: type[Searcher]) -> Searcher:
-    """Load the index folder ``path`` with ``backend``, which must be the one named in its manifest."""
+    """Load the index folder ``path`` with ``backend``, which must be the one named in its manifest.
+
+    Every file the backend reads (``backend.stored_files``) must be listed in the manifest, hence verified;
+    the stored values of declared parameters are checked against the declarations; a backend file that still cannot
+    be read is an :class:`InputError` naming the folder."""
     path = Path(path)
     manifest = read_manifest(path)
+    manifest_path = path / MANIFEST
     if manifest["backend"] != backend.name:
         raise SpladekitError(f"{path}: this is a {manifest['backend']!r} index, not {backend.name!r}")
-    searcher = backend.read_files(path, manifest)
+    declared = {param.name for param in backend.declared_params}  # others are derived (e.g. bmp's scale)
+    try:
+        checked = backend.check_params({name: value for name, value in manifest["params"].items() if name in declared})
+    except SpladekitError as error:
+        raise InputError(f"stored parameters: {error}", manifest_path) from None
+    params = manifest["params"] | checked
+    manifest = manifest | {"params": params}
+    unlisted = [name for name in backend.stored_files(params) if name not in manifest["files"]]
+    if unlisted:
+        raise InputError(f"the manifest does not list {', '.join(unlisted)} (a {backend.name} index reads it), "
+                         "so it cannot be verified; rebuild the index", manifest_path)
+    with reading(path, f"{backend.name} index"):
+        searcher = backend.read_files(path, manifest)
     ids_path = path / IDS_FILE
-    searcher.doc_ids = read_json(ids_path, list) if ids_path.is_file() else None
+    searcher.doc_ids = read_id_list(ids_path) if ids_path.is_file() else None
+    if searcher.doc_ids is not None and len(searcher.doc_ids) != manifest["n_docs"]:
+        raise InputError(f"{len(searcher.doc_ids)} ids for {manifest['n_docs']} documents", ids_path)
     return searcher

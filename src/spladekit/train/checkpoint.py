@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from spladekit.atomic import atomic_directory
-from spladekit.errors import SpladekitError
+from spladekit.data.lines import reading
+from spladekit.errors import InputError
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
@@ -67,12 +68,19 @@ def save_checkpoint(output: Path, step: int, encoder: SparseEncoder, optimizer: 
 
 def load_training_state(checkpoint: Path, optimizer: torch.optim.Optimizer,
                         scheduler: torch.optim.lr_scheduler.LRScheduler) -> int:
-    """Restore optimizer, scheduler and RNG states; return the step the checkpoint was taken after."""
-    try:
-        state = torch.load(Path(checkpoint) / "state.pt", weights_only=True, map_location="cpu")
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:  # damaged, foreign or missing file
-        raise SpladekitError(f"{checkpoint}/state.pt: cannot read training state: {error}") from None
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    """Restore optimizer, scheduler and RNG states; return the step the checkpoint was taken after.
+
+    A damaged, foreign or mismatched ``state.pt`` is an :class:`InputError` naming it (nothing is restored
+    from a file whose structure is wrong)."""
+    path = Path(checkpoint) / "state.pt"
+    with reading(path, "training state", RuntimeError, pickle.UnpicklingError):  # damaged, foreign or missing file
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    kinds = {"optimizer": dict, "scheduler": dict, "rng": dict, "step": int}
+    if not isinstance(state, dict) or any(not isinstance(state.get(key), kind) for key, kind in kinds.items()) \
+            or isinstance(state["step"], bool) or not isinstance(state["rng"].get("torch"), torch.Tensor):
+        raise InputError("not a spladekit training state (expected step, optimizer, scheduler and rng states)", path)
+    with reading(path, "training state (does not fit this run's optimizer)", RuntimeError):
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
     return int(state["step"])

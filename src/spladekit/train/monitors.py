@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spladekit.atomic import atomic_file
+from spladekit.data.lines import expect
 from spladekit.errors import InputError
 
 logger = logging.getLogger("spladekit")
@@ -24,8 +25,9 @@ METRICS_FILE = "metrics.jsonl"
 EVALUATION_FILE = "evaluation.jsonl"  # one object per evaluation: step + the results of spladekit.evaluate
 
 
-def read_metrics(output: Path, name: str = METRICS_FILE) -> list[dict]:
-    """The records of ``metrics.jsonl`` (or another JSONL log).
+def read_metrics(output: Path, name: str = METRICS_FILE, numbers: tuple[str, ...] = ("step",)) -> list[dict]:
+    """The records of ``metrics.jsonl`` (or another JSONL log): JSON objects carrying each key of
+    ``numbers`` as a number (``step`` an integer); anything else is an error naming the line.
 
     Every record is written with its newline in one call, so only a last line without a newline can be
     a write cut short by a kill; it is ignored. Any other undecodable line is an error: skipping it (or
@@ -35,14 +37,21 @@ def read_metrics(output: Path, name: str = METRICS_FILE) -> list[dict]:
     if not path.is_file():
         return []
     records = []
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_bytes().decode("utf-8").split("\n")
+    except UnicodeDecodeError as error:
+        raise InputError(f"not valid UTF-8 (byte at offset {error.start})", path) from None
     for number, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as error:
             if number == len(lines):  # empty after the final newline, or the cut-short last write
                 break
             raise InputError(f"not valid JSON ({error.msg})", path, number) from None
+        expect(record, dict, "a record", path, number)
+        for key in numbers:
+            expect(record.get(key), int if key == "step" else float, repr(key), path, number)
+        records.append(record)
     return records
 
 
