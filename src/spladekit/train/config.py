@@ -2,9 +2,10 @@
 
 Every key is checked against the schema: a key that does not exist is an error naming the closest
 existing key (``difflib``), a value of the wrong type or outside its choices is an error naming the key.
-Allowed ranges are declared once, next to each field (``allowed(default, minimum=…)``: see
-:class:`Allowed`), and every number must be finite; :func:`check_declared` checks them before any work,
-for training configs and for the other YAML schemas built with :func:`build_dataclass` (sweep files).
+Allowed ranges are declared once, next to each field (``allowed(default, minimum=…)``, see
+:mod:`spladekit.schema`), and every number must be finite; they are checked key by key while the file
+is read (:func:`build_dataclass`, which sweep files use too) and again by :func:`validate` for configs
+built in Python, before any work.
 The fully resolved configuration (defaults filled in, ``rescale.k/mode: auto`` replaced by the value it
 resolved to) is saved with the run as ``config.yaml``.
 """
@@ -13,66 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import re
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Union
+from typing import Any, Literal, NoReturn
 
 import yaml
 
 from spladekit.errors import InputError, SpladekitError
-
-ALLOWED = "allowed"  # the dataclass field metadata key holding an :class:`Allowed`
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """What a field accepts beyond its type: numbers within ``minimum`` (``exclusive``: the minimum itself is
-    refused) and ``maximum``; strings matching ``pattern`` in full (``pattern_words`` says it for people).
-    Every number must also be finite, declared or not."""
-
-    minimum: float | None = None
-    exclusive: bool = False
-    maximum: float | None = None
-    pattern: str | None = None
-    pattern_words: str = ""
-
-    def accepts(self, value: object) -> bool:
-        if isinstance(value, str):
-            return self.pattern is None or re.fullmatch(self.pattern, value) is not None
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return True  # not ours to judge (the type check is _coerce's)
-        number = float(value)
-        if not math.isfinite(number):
-            return False
-        if self.minimum is not None and (number < self.minimum or (self.exclusive and number == self.minimum)):
-            return False
-        return self.maximum is None or number <= self.maximum
-
-    def bounds(self) -> str:
-        parts = []
-        if self.minimum is not None:
-            parts.append(f"{'>' if self.exclusive else '>='} {_number(self.minimum)}")
-        if self.maximum is not None:
-            parts.append(f"<= {_number(self.maximum)}")
-        return " and ".join(parts)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-NO_LIMITS = Allowed()
-
-
-def allowed(default: Any, minimum: float | None = None, exclusive: bool = False, maximum: float | None = None,
-            pattern: str | None = None, pattern_words: str = "") -> Any:
-    """A dataclass field with a default and its allowed values (see :class:`Allowed`)."""
-    return field(default=default, metadata={ALLOWED: Allowed(minimum, exclusive, maximum, pattern, pattern_words)})
+from spladekit.schema import allowed, check_declared, check_value, type_options
 
 
 @dataclass
@@ -189,17 +140,10 @@ def _unknown_key(key: str, source: str | None, candidates: list[str] | None = No
     return InputError(f"unknown config key {key!r}{hint}", source)
 
 
-def _options(hint: Any) -> tuple:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
 def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
     """``value`` as the type ``hint`` allows (YAML gives '5e-5' as a string: floats are parsed)."""
     choices: list = []
-    for option in _options(hint):
+    for option in type_options(hint):
         if option is type(None):
             if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
                 return None
@@ -223,49 +167,11 @@ def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
                     pass
         elif option in (str, list) and isinstance(value, option):
             return value
-    names = [getattr(option, "__name__", str(option)) for option in _options(hint) if typing.get_origin(option) is not Literal]
+    names = [getattr(option, "__name__", str(option)) for option in type_options(hint) if typing.get_origin(option) is not Literal]
     expected = " or ".join([repr(c) for c in choices] + [n.replace("NoneType", "null") for n in names])
     close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
     hint_text = f" (did you mean {close[0]!r}?)" if close else ""
     raise InputError(f"config key {key!r}: expected {expected}, got {value!r}{hint_text}", source)
-
-
-def _expected(hint: Any, limits: Allowed) -> str:
-    """The values a field accepts, in words: ``a finite number > 0 or null``."""
-    words = []
-    for option in _options(hint):
-        if option is type(None):
-            words.append("null")
-        elif typing.get_origin(option) is Literal:
-            words.extend(repr(choice) for choice in typing.get_args(option))
-        elif option in (int, float):
-            words.append(" ".join(filter(None, ["an integer" if option is int else "a finite number", limits.bounds()])))
-        elif option is str:
-            words.append(limits.pattern_words or "a string")
-        else:
-            words.append(getattr(option, "__name__", str(option)))
-    return " or ".join(words)
-
-
-def _check_value(value: Any, item: dataclasses.Field, hint: Any, key: str, source: str | None) -> None:
-    """``value`` within what ``item`` declares (numbers always finite); InputError naming key, value and
-    the allowed values otherwise."""
-    limits = item.metadata.get(ALLOWED, NO_LIMITS)
-    if value is None or isinstance(value, bool) or limits.accepts(value):
-        return
-    raise InputError(f"config key {key!r}: expected {_expected(hint, limits)}, got {value!r}", source)
-
-
-def check_declared(instance: Any, prefix: str = "", source: str | None = None) -> None:
-    """Every field of the dataclass ``instance`` (nested ones included) against its declared range: the same
-    check :func:`build_dataclass` applies while reading a file, for objects built in Python."""
-    hints = typing.get_type_hints(type(instance))
-    for item in dataclasses.fields(instance):
-        value = getattr(instance, item.name)
-        if dataclasses.is_dataclass(hints[item.name]):
-            check_declared(value, f"{prefix}{item.name}.", source)
-        else:
-            _check_value(value, item, hints[item.name], prefix + item.name, source)
 
 
 def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> Any:
@@ -285,7 +191,7 @@ def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> 
             kwargs[name] = build_dataclass(hint, {} if value is None else value, f"{prefix}{name}.", source)
         else:
             kwargs[name] = _coerce(value, hint, prefix + name, source)
-            _check_value(kwargs[name], fields[name], hint, prefix + name, source)
+            check_value(kwargs[name], fields[name], hint, prefix + name, source)
     return cls(**kwargs)
 
 
