@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,29 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, t
     "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
     "naive": splade_max_pool,
 }
+
+
+def non_finite_weights(module: nn.Module) -> list[str]:
+    """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
+
+    One ``isfinite`` pass over the weights and a single host synchronisation when everything is finite, so
+    that it can run after every training step (see ``train/loop.py``)."""
+    named = [(name, p) for name, p in module.named_parameters() if p.is_floating_point() and p.numel()]
+    if not named:
+        return []
+    with torch.no_grad():
+        flags = torch.stack([torch.isfinite(p).all() for _, p in named])
+        if bool(flags.all()):
+            return []
+    return [name for (name, _), finite in zip(named, flags.tolist()) if not finite]
+
+
+class NonFiniteVector(SpladekitError):
+    """A text encoded to a vector with NaN/inf weights (a broken model): refused, never written."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
 
 
 class SparseEncoder(nn.Module):
@@ -96,9 +119,11 @@ class SparseEncoder(nn.Module):
         """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically.
 
         An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
+        Weights holding NaN or inf are refused (:meth:`check_finite`): nothing is written.
         """
         from spladekit import __version__
 
+        self.check_finite(f"{directory}: refusing to save")
         with atomic_directory(directory, overwrite=overwrite) as staging:
             with quiet_transformers():
                 self.model.save_pretrained(staging, safe_serialization=True)
@@ -113,6 +138,13 @@ class SparseEncoder(nn.Module):
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
             write_model_card(staging, self, name=directory)
         return Path(directory)
+
+    def check_finite(self, action: str) -> None:
+        """SpladekitError ``"{action}: …"`` naming the tensors when any weight is NaN or inf."""
+        bad = non_finite_weights(self.model)
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            raise SpladekitError(f"{action}: the model's weights hold NaN or inf ({', '.join(bad[:3])}{more})")
 
     # ----------------------------------------------------------------- properties
     @property
@@ -152,10 +184,13 @@ class SparseEncoder(nn.Module):
         max_length: int | None = None,
         show_progress: bool = True,
         description: str = "encoding",
+        ids: Sequence[str] | None = None,
     ) -> sp.csr_matrix:
         """Encode texts to a float32 CSR matrix (rows in input order).
 
-        Texts are sorted by token length so each batch pads little; results are put back in order.
+        Texts are sorted by token length so each batch pads little; results are put back in order. A text
+        whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
+        position (and its id, from ``ids`` when given): such vectors are never returned.
         """
         texts = list(texts)
         if not texts:
@@ -175,7 +210,15 @@ class SparseEncoder(nn.Module):
                 for start in range(0, len(texts), batch_size):
                     chunk = order[start : start + batch_size]
                     batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
-                    blocks.append(dense_to_csr(self.forward(batch)))
+                    vectors = self.forward(batch)
+                    finite = torch.isfinite(vectors).all(dim=1)
+                    if not bool(finite.all()):
+                        index = int(chunk[int((~finite).nonzero()[0, 0])])
+                        name = f"text {index}" + ("" if ids is None else f" (id {ids[index]!r})")
+                        raise NonFiniteVector(f"{name} encodes to a vector with NaN/inf weights: the model is "
+                                              f"damaged (non-finite or overflowing weights)",
+                                              index)
+                    blocks.append(dense_to_csr(vectors))
                     progress.update(len(chunk))
         finally:
             self.model.train(was_training)
