@@ -190,6 +190,18 @@ def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, cha
         load_sweep(write_sweep(tmp_path, **changes))
 
 
+def test_a_sweep_says_how_to_allow_remote_code_in_the_sweep_file(tmp_path):
+    """`sweep` has no --trust-remote-code option: the message names the backbone's key in the sweep file."""
+    from spladekit.backbone import RemoteCodeRequired
+
+    gte = build_tiny_model("gte", tmp_path / "gte")
+    sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "gte", "id": str(gte)}]))
+    with pytest.raises(RemoteCodeRequired) as caught:
+        run_sweep(sweep, tmp_path / "out")
+    assert str(caught.value) == (f"{gte}: this model needs its own (remote) code; set trust_remote_code: true on "
+                                 f"backbone 'gte' in the sweep file if you trust it")
+
+
 def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path, evaluation={"data": [str(tmp_path / "missing-collection"), "nanobeir"]}))
     sweep.backbones[0].id = "nobody-has/this-model"

@@ -173,6 +173,22 @@ def test_cli_refuses_bad_values_in_one_line_before_any_work(tmp_path, config_tex
     assert not (tmp_path / "run").exists()
 
 
+def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path):
+    """`train` has no --trust-remote-code option: the message names the config key instead."""
+    from tiny_models import build_tiny_model
+
+    model = build_tiny_model("gte", tmp_path / "gte")  # a model with its own code
+    triplets = tmp_path / "triplets.tsv"
+    triplets.write_text("a query\ta positive\ta negative\n")
+    path = write(tmp_path, {"backbone": {"id": str(model)}, "data": {"path": str(triplets)}})
+    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {model}: this model needs its own (remote) code; set backbone.trust_remote_code: true in the "
+        f"training config if you trust it"]
+
+
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("backbone:\n  id: x\ndata: [unclosed\n")

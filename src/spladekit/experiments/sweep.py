@@ -363,6 +363,13 @@ def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
 
 def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     """Train (or resume) and evaluate one cell; ``run.json`` says ``done`` only when all of it finished."""
+    from spladekit.backbone import remote_code_hint
+
+    with remote_code_hint(f"set trust_remote_code: true on backbone {cell.backbone!r} in the sweep file"):
+        return _run_cell(cell, sweep, output)
+
+
+def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     from spladekit.train.checkpoint import checkpoints
     from spladekit.train.config import config_from_dict
     from spladekit.train.loop import train

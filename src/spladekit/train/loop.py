@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from spladekit.atomic import check_new_output
+from spladekit.backbone import remote_code_hint
 from spladekit.data.training import Example, TrainingSet, load_training_set
 from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
@@ -270,7 +271,8 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
     validate(config)  # declared ranges, finite numbers, combinations: also for a config built in Python
     processes = distributed.setup()
     try:
-        return _train(config, Path(output), resume, overwrite, processes)
+        with remote_code_hint("set backbone.trust_remote_code: true in the training config"):
+            return _train(config, Path(output), resume, overwrite, processes)
     finally:
         distributed.teardown(processes)
 
