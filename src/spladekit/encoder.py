@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -36,16 +37,21 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, t
 def non_finite_weights(module: nn.Module) -> list[str]:
     """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
 
-    One ``isfinite`` pass over the weights and a single host synchronisation when everything is finite, so
-    that it can run after every training step (see ``train/loop.py``)."""
+    Cheap enough to run after every training step (see ``train/loop.py``): one fused max-|w| pass per
+    (device, dtype) group (``torch._foreach_norm`` with ord=inf, which propagates NaN, as
+    ``clip_grad_norm_`` uses) and one host synchronisation per group, usually one."""
     named = [(name, p) for name, p in module.named_parameters() if p.is_floating_point() and p.numel()]
-    if not named:
-        return []
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, torch.Tensor]]] = {}
+    for name, parameter in named:
+        groups.setdefault((parameter.device, parameter.dtype), []).append((name, parameter))
+    bad = []
     with torch.no_grad():
-        flags = torch.stack([torch.isfinite(p).all() for _, p in named])
-        if bool(flags.all()):
-            return []
-    return [name for (name, _), finite in zip(named, flags.tolist()) if not finite]
+        for members in groups.values():
+            peaks = torch.stack(torch._foreach_norm([p for _, p in members], math.inf))
+            finite = torch.isfinite(peaks)
+            if not bool(finite.all()):
+                bad += [name for (name, _), ok in zip(members, finite.tolist()) if not ok]
+    return bad
 
 
 class NonFiniteVector(SpladekitError):
