@@ -105,3 +105,67 @@ def test_rescale_record_of_the_wrong_type_is_an_error_naming_config_json(tiny_mo
     (folder / "config.json").write_text(json.dumps(config | {"spladekit_rescale": record}))
     with pytest.raises(InputError, match=re.escape(str(folder / "config.json")) + ".*" + re.escape(message)):
         SparseEncoder.from_pretrained(folder)
+
+
+def poison_texts_with(encoder, word):
+    """Make ``forward`` return NaN for every text containing ``word`` (a model broken for some inputs)."""
+    token = encoder.tokenizer.convert_tokens_to_ids(word)
+    forward = encoder.forward
+
+    def poisoned(batch):
+        vectors = forward(batch)
+        hit = (batch["input_ids"] == token).any(dim=1)
+        return torch.where(hit[:, None], torch.full_like(vectors, float("nan")), vectors)
+
+    encoder.forward = poisoned
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 32])
+def test_a_non_finite_vector_is_refused_naming_the_text(tiny_model_dirs, batch_size):
+    from spladekit.encoder import NonFiniteVector
+
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    poison_texts_with(encoder, "seine")  # only TEXTS[1] holds it; length sorting moves it first
+    with pytest.raises(NonFiniteVector, match=r"^text 1 \(id 'd1'\) encodes to a vector with NaN/inf weights") as caught:
+        encoder.encode(TEXTS, batch_size=batch_size, show_progress=False, ids=[f"d{i}" for i in range(len(TEXTS))])
+    assert caught.value.index == 1
+    with pytest.raises(NonFiniteVector, match=r"^text 1 encodes"):
+        encoder.encode(TEXTS, batch_size=batch_size, show_progress=False)
+    assert encoder.encode([TEXTS[0], TEXTS[2]], show_progress=False).nnz > 0
+
+
+def test_save_refuses_non_finite_weights_and_writes_nothing(tiny_model_dirs, tmp_path):
+    from spladekit.backbone import vocab_projection
+    from spladekit.errors import SpladekitError
+
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    with torch.no_grad():
+        vocab_projection(encoder.model).weight[5, 0] = float("inf")
+    with pytest.raises(SpladekitError, match=r"refusing to save: the model's weights hold NaN or inf \(.*weight"):
+        encoder.save(tmp_path / "model")
+    assert not (tmp_path / "model").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_dirs, tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from spladekit.backbone import vocab_projection
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_model_dirs["bert"], damaged)
+    encoder = load(damaged, "bert")
+    with torch.no_grad():
+        vocab_projection(encoder.model).weight[7] = float("nan")
+    encoder.model.save_pretrained(damaged)  # bypasses SparseEncoder.save's check: a file damaged elsewhere
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
+    result = subprocess.run([sys.executable, "-m", "spladekit", "encode", str(damaged), "--corpus", str(corpus),
+                             "--output", str(tmp_path / "vectors")], capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]  # (a progress bar too)
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert errors[0].startswith("error: text 1 (id 'doc-1') encodes to a vector with NaN/inf weights")
+    assert not (tmp_path / "vectors").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,47 @@ def test_bad_sweep_files_are_clear_errors(tmp_path):
         load_sweep(write_sweep(tmp_path, k=[0]))
     with pytest.raises(InputError, match="recipe.rescale is set per run"):
         load_sweep(write_sweep(tmp_path, recipe={"rescale": {"k": 2}, "data": {"path": "x"}}))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../escape", "a__b", "with space", "", "caf\u00e9"])
+def test_backbone_names_must_be_safe_folder_names(tmp_path, name):
+    path = write_sweep(tmp_path, backbones=[{"name": name, "id": str(tmp_path / "bert")}])
+    with pytest.raises(InputError) as caught:
+        load_sweep(path)
+    assert str(caught.value) == (f"{path}: config key 'backbones[0].name': expected a name of letters, digits, "
+                                 f"'.', '_' and '-' (not '.' or '..', no '__'), got {name!r}")
+
+
+@pytest.mark.parametrize("name", ["tiny", "bert-base.v2", "x_8", "..x", "a.b"])
+def test_safe_backbone_names_are_accepted(tmp_path, name):
+    sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": name, "id": str(tmp_path / "bert")}]))
+    assert sweep.backbones[0].name == name
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"backbones": [{"name": "b", "id": "x", "inflate": float("inf")}]}, "'backbones[0].inflate': expected a finite "
+                                                                         "number > 0 or null, got inf"),
+    ({"backbones": [{"name": "b", "id": "x", "inflate": 0}]}, "'backbones[0].inflate': expected a finite number > 0"),
+    ({"evaluation": {"data": [], "batch_size": 0}}, "'evaluation.batch_size': expected an integer >= 1, got 0"),
+    ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 1 or null"),
+    ({"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
+     "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0"),
+])
+def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, changes, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_sweep(write_sweep(tmp_path, **changes))
+
+
+def test_a_sweep_says_how_to_allow_remote_code_in_the_sweep_file(tmp_path):
+    """`sweep` has no --trust-remote-code option: the message names the backbone's key in the sweep file."""
+    from spladekit.backbone import RemoteCodeRequired
+
+    gte = build_tiny_model("gte", tmp_path / "gte")
+    sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "gte", "id": str(gte)}]))
+    with pytest.raises(RemoteCodeRequired) as caught:
+        run_sweep(sweep, tmp_path / "out")
+    assert str(caught.value) == (f"{gte}: this model needs its own (remote) code; set trust_remote_code: true on "
+                                 f"backbone 'gte' in the sweep file if you trust it")
 
 
 def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):

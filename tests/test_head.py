@@ -133,3 +133,48 @@ def test_parse_k_refuses_what_is_not_a_positive_finite_number(value):
 def test_parse_k_accepts_numbers_and_auto_where_allowed():
     assert parse_k("16") == 16.0 and parse_k(0.5) == 0.5
     assert parse_k("auto", allow_auto=True) == "auto"
+
+
+@pytest.mark.parametrize("mode", ["tied", "untie"])
+def test_a_rescaling_that_would_overflow_is_refused_and_leaves_the_model_unchanged(mode, tiny_model_dirs):
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    model = encoder.model
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with pytest.raises(SpladekitError, match=r"dividing the head by 1e-36 would make its largest row norm .* "
+                                             r"overflow float32 .* the model was left unchanged"):
+        rescale(model, 1e-36, mode=mode)
+    assert rescale_record(model) is None and is_tied(model)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[name], after[name]) for name in before)
+    rescale(model, 2.0, mode=mode)  # still rescalable: nothing was recorded
+    assert rescale_record(model)["k"] == 2.0
+
+
+def test_simulated_inflation_that_would_overflow_is_refused(tiny_model_dirs):
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    original = vocab_projection(encoder.model).weight.detach().clone()
+    with pytest.raises(SpladekitError, match="left unchanged"):
+        divide_head(encoder.model, 1e-30)  # head × 1e30 (a sweep's `inflate: 1e30`)
+    assert torch.equal(vocab_projection(encoder.model).weight, original)
+
+
+def test_a_head_already_holding_nan_is_not_rescaled(tiny_model_dirs):
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    with torch.no_grad():
+        vocab_projection(encoder.model).weight[3, 1] = float("nan")
+    with pytest.raises(SpladekitError, match="already holds NaN/inf"):
+        rescale(encoder.model, 2.0)
+    assert rescale_record(encoder.model) is None
+
+
+def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_model_dirs, tmp_path):
+    import subprocess
+    import sys
+
+    output = tmp_path / "rescaled"
+    result = subprocess.run([sys.executable, "-m", "spladekit", "rescale", str(tiny_model_dirs["bert"]), "--k", "1e-36",
+                             "--output", str(output)], capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: dividing the head by 1e-36"), result.stderr
+    assert not output.exists()

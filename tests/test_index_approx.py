@@ -65,6 +65,15 @@ def test_queries_without_known_terms_get_no_hits(backend):
     assert result.doc_indices[2, 0] == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_k_beyond_the_corpus_is_capped(backend):
+    documents, queries = zipf_matrix(30, 40, 6, seed=21), zipf_matrix(4, 40, 4, seed=22)
+    searcher = backend.build(documents)
+    huge = searcher.search(queries, k=10**12)
+    assert huge.doc_indices.shape == (4, 30)
+    np.testing.assert_array_equal(huge.doc_indices, searcher.search(queries, k=30).doc_indices)
+
+
 def test_bmp_refuses_vocabularies_over_65535():
     documents = sp.csr_matrix((np.ones(2, np.float32), ([0, 1], [3, 70_000])), shape=(2, 70_001))
     with pytest.raises(SpladekitError, match="16 bits.*70,001 terms is over 65,535"):

@@ -47,6 +47,7 @@ def test_exact_equals_brute_force(problem):
     documents, queries, k = problem
     result = ExactSearcher.build(documents, query_batch=3).search(queries, k=k)
     expected, scores = brute_force(queries, documents, k)
+    expected = expected[:, : min(k, documents.shape[0])]  # no query has more hits than there are documents
     np.testing.assert_array_equal(result.doc_indices, expected)
     for i in range(len(expected)):
         hits = expected[i] >= 0
@@ -197,3 +198,46 @@ def test_index_ids_must_be_ids_a_run_can_carry(tmp_path):
     searcher.save(tmp_path / "index")
     with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'index' / 'ids.json'}: id #2 'd 2' contains whitespace")):
         load_index(tmp_path / "index")
+
+
+def test_k_larger_than_the_corpus_is_capped_at_the_number_of_documents():
+    """``search --k 10**12`` used to allocate n_queries × 10¹² hit slots (terabytes); the hits are unchanged."""
+    documents, queries = zipf_matrix(40, 30, 6, seed=10), zipf_matrix(5, 30, 4, seed=11)
+    searcher = ExactSearcher.build(documents)
+    huge = searcher.search(queries, k=10**12)
+    everything = searcher.search(queries, k=40)
+    assert huge.doc_indices.shape == huge.scores.shape == (5, 40)
+    np.testing.assert_array_equal(huge.doc_indices, everything.doc_indices)
+    np.testing.assert_array_equal(huge.scores, everything.scores)
+    batched = searcher.search_batches(queries, k=10**12, batch_size=2, show_progress=False)
+    np.testing.assert_array_equal(batched.doc_indices, everything.doc_indices)
+    assert searcher.search(queries, k=7).doc_indices.shape == (5, 7)  # below the cap: k columns, as before
+
+
+@pytest.mark.parametrize("k", [0, -3, 2.5, True, "10"])
+def test_k_must_be_a_positive_integer(k):
+    searcher = ExactSearcher.build(zipf_matrix(10, 20, 4, seed=12))
+    with pytest.raises(SpladekitError, match=r"k must be an integer >= 1, got "):
+        searcher.search(zipf_matrix(2, 20, 3, seed=13), k=k)
+
+
+def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path):
+    import subprocess
+    import sys
+
+    from spladekit.run import Run
+    from spladekit.vectors import Vectors
+
+    documents, queries = zipf_matrix(25, 30, 6, seed=14), zipf_matrix(3, 30, 4, seed=15)
+    searcher = ExactSearcher.build(documents)
+    searcher.doc_ids = [f"d{i}" for i in range(25)]
+    searcher.save(tmp_path / "index")
+    Vectors(queries, ["q0", "q1", "q2"]).save(tmp_path / "queries")
+    result = subprocess.run([sys.executable, "-m", "spladekit", "search", str(tmp_path / "index"), "--query-vectors",
+                             str(tmp_path / "queries"), "--k", str(10**12), "--output", str(tmp_path / "run.trec")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    run = Run.read(tmp_path / "run.trec")
+    product = (queries @ documents.T).toarray()
+    assert {q: len(run.scores.get(q, {})) for q in ("q0", "q1", "q2")} == {
+        f"q{i}": int((product[i] > 0).sum()) for i in range(3)}

@@ -52,7 +52,7 @@ def test_resolved_config_round_trips(tmp_path):
     (MINIMAL, ["optimisation.steps=3"], "unknown config key 'optimisation.steps' (did you mean 'optimization.steps'?)"),
     (MINIMAL, ["loss.name=infonse"], "did you mean 'infonce'?"),
     (MINIMAL, ["optimization.steps=abc"], "config key 'optimization.steps': expected int"),
-    (MINIMAL, ["rescale.k=0"], "rescale.k must be positive"),
+    (MINIMAL, ["rescale.k=0"], "config key 'rescale.k': expected a positive finite number or 'auto' or null"),
     (MINIMAL, ["rescale.k=automatic"], "config key 'rescale.k'"),
     (MINIMAL, ["loss.name=margin_mse"], "set data.teacher"),
     (MINIMAL, ["data.teacher=t.jsonl", "loss.name=kl"], "cannot be matched"),
@@ -65,6 +65,128 @@ def test_bad_configs_name_the_problem(tmp_path, values, overrides, message):
     with pytest.raises(InputError) as caught:
         load_config(write(tmp_path, values), overrides)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("override, allowed", [
+    ("optimization.max_grad_norm=-1", "a finite number > 0 or null"),  # clipped "uphill" before
+    ("optimization.max_grad_norm=0", "a finite number > 0 or null"),  # meant "no clipping" before
+    ("optimization.lr=.inf", "a finite number > 0"),
+    ("optimization.lr=inf", "a finite number > 0"),
+    ("optimization.lr=.nan", "a finite number > 0"),
+    ("optimization.lr=0", "a finite number > 0"),
+    ("optimization.lr=-1e-5", "a finite number > 0"),
+    ("regularizer.lambda_q=.nan", "a finite number >= 0"),
+    ("regularizer.lambda_d=nan", "a finite number >= 0"),
+    ("regularizer.lambda_q=.inf", "a finite number >= 0"),
+    ("regularizer.lambda_d=-0.1", "a finite number >= 0"),
+    ("optimization.weight_decay=-0.01", "a finite number >= 0"),
+    ("optimization.weight_decay=.nan", "a finite number >= 0"),
+    ("optimization.warmup_steps=-1", "an integer >= 0"),
+    ("regularizer.warmup_steps=-5", "an integer >= 0"),
+    ("optimization.steps=0", "an integer >= 1"),
+    ("optimization.batch_size=0", "an integer >= 1"),
+    ("optimization.accumulation=0", "an integer >= 1"),
+    ("data.negatives=0", "an integer >= 1"),
+    ("data.limit=0", "an integer >= 1 or null"),
+    ("data.columns=2", "an integer >= 3 or null"),
+    ("data.query_max_length=0", "an integer >= 1"),
+    ("logging.every=0", "an integer >= 1"),
+    ("logging.checkpoint_every=-1", "an integer >= 1"),
+    ("logging.keep_checkpoints=0", "an integer >= 1"),
+    ("logging.collapse_patience=0", "an integer >= 1"),
+    ("logging.explosion_factor=.nan", "a finite number > 1"),
+    ("evaluation.batch_size=0", "an integer >= 1"),
+    ("evaluation.max_length=0", "an integer >= 1 or null"),
+    ("rescale.auto_pairs=0", "an integer >= 1"),
+    ("rescale.k=.inf", "a finite number or 'auto' or null"),
+    ("seed=-1", "an integer >= 0 and <= 4294967295"),
+])
+def test_values_outside_their_declared_range_are_refused_with_key_value_and_allowed(tmp_path, override, allowed):
+    key, _, _ = override.partition("=")
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(InputError) as caught:
+        load_config(path, [override])
+    message = str(caught.value)
+    assert message.startswith(f"{path}: config key {key!r}: expected {allowed}, got ")
+    assert "\n" not in message
+
+
+def test_every_default_is_within_its_declared_range():
+    from spladekit.train.config import check_declared
+
+    check_declared(TrainConfig())
+
+
+def test_a_config_built_in_python_is_checked_by_validate():
+    from spladekit.train.config import config_from_dict, validate
+
+    config = config_from_dict(MINIMAL)
+    config.optimization.lr = float("nan")
+    with pytest.raises(InputError, match=r"config key 'optimization.lr': expected a finite number > 0, got nan"):
+        validate(config)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- backbone\n- data\n", "a training config is a mapping of sections (backbone:, data:, optimization: …); this file holds a list"),
+    ("42\n", "this file holds a number"),
+    ("false\n", "this file holds a boolean"),
+])
+def test_a_top_level_list_or_scalar_is_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as caught:
+        load_config(path, ["optimization.lr=1e-4"])  # an override on a list used to raise AttributeError
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optimization.lr=[", "--set 'optimization.lr=[': the value is not valid YAML"),
+    ("data.path={a: [}", "the value is not valid YAML"),
+    ("optimization.lr", "--set 'optimization.lr': expected section.key=value"),
+    ("=1", "--set '=1': expected section.key=value"),
+])
+def test_a_malformed_override_is_one_clear_error(tmp_path, override, message):
+    from spladekit.errors import SpladekitError
+
+    with pytest.raises(SpladekitError) as caught:
+        load_config(write(tmp_path, MINIMAL), [override])
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("config_text, overrides, message", [
+    (None, ["optimization.max_grad_norm=-1"], "config key 'optimization.max_grad_norm': expected a finite number > 0 "
+                                              "or null, got -1.0"),
+    ("- a\n- b\n", [], "is a mapping of sections"),
+    (None, ["optimization.lr=["], "the value is not valid YAML"),
+])
+def test_cli_refuses_bad_values_in_one_line_before_any_work(tmp_path, config_text, overrides, message):
+    path = write(tmp_path, MINIMAL) if config_text is None else tmp_path / "config.yaml"
+    if config_text is not None:
+        path.write_text(config_text)
+    command = [sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")]
+    for override in overrides:
+        command += ["--set", override]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path):
+    """`train` has no --trust-remote-code option: the message names the config key instead."""
+    from tiny_models import build_tiny_model
+
+    model = build_tiny_model("gte", tmp_path / "gte")  # a model with its own code
+    triplets = tmp_path / "triplets.tsv"
+    triplets.write_text("a query\ta positive\ta negative\n")
+    path = write(tmp_path, {"backbone": {"id": str(model)}, "data": {"path": str(triplets)}})
+    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {model}: this model needs its own (remote) code; set backbone.trust_remote_code: true in the "
+        f"training config if you trust it"]
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path):

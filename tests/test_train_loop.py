@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from collection_files import write_beir
 from spladekit import SparseEncoder
@@ -212,6 +213,81 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_bert, tri
     weights = load_file(kept[-1] / "model" / "model.safetensors")
     assert all(torch.isfinite(t).all() for t in weights.values())
     assert not (tmp_path / "nan" / "model").exists()
+
+
+def finite_checkpoint(checkpoint):
+    weights = load_file(checkpoint / "model" / "model.safetensors")
+    state = torch.load(checkpoint / "state.pt", weights_only=True)["optimizer"]["state"]
+    moments = [t for entry in state.values() for t in entry.values() if t.is_floating_point()]
+    return all(torch.isfinite(t).all() for t in [*weights.values(), *moments])
+
+
+def test_a_non_finite_update_stops_at_once_and_no_checkpoint_holds_it(tiny_bert, triplets_file, tmp_path):
+    """A finite loss and gradient can still give NaN weights (injected here after the 2nd optimizer step, as an
+    overflowing update would): the run stops right there, saves nothing, and every checkpoint on disk is finite.
+    Before, step 2 was checkpointed with the NaN and called "last good" when step 3's loss came out NaN."""
+    steps = []
+
+    def poison(optimizer, args, kwargs):
+        steps.append(len(steps) + 1)
+        if len(steps) == 2:
+            with torch.no_grad():
+                optimizer.param_groups[0]["params"][0].view(-1)[0] = float("nan")
+
+    handle = register_optimizer_step_post_hook(poison)
+    try:
+        with pytest.raises(TrainingStopped, match=r"non-finite weights after the update of step 2 \(.+\); nothing was "
+                                                  r"saved\. Last good checkpoint: .*step-00000001$"):
+            train(tiny_config(tiny_bert, triplets_file, logging={"checkpoint_every": 1}), tmp_path / "nan")
+    finally:
+        handle.remove()
+    kept = checkpoints(tmp_path / "nan")
+    assert [path.name for path in kept] == ["step-00000001"] and all(finite_checkpoint(path) for path in kept)
+    assert not (tmp_path / "nan" / "model").exists()
+
+
+def test_cli_an_overflowing_update_exits_2_in_one_line(tiny_bert, triplets_file, tmp_path):
+    """lr = 3e38 is a finite number (accepted), but AdamW's first step size (lr / 0.1) overflows float32: a
+    traceback before."""
+    config = tiny_config(tiny_bert, triplets_file, optimization={"lr": 3e38, "warmup_steps": 0},
+                         logging={"checkpoint_every": 1})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config.to_dict()))
+    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "the update of step 1 overflowed" in errors[0] and "Last good checkpoint: none" in errors[0]
+    assert checkpoints(tmp_path / "run") == [] and not (tmp_path / "run" / "model").exists()
+
+
+def test_a_checkpoint_with_non_finite_weights_or_state_is_refused(tiny_bert, tmp_path):
+    from spladekit.train.checkpoint import save_checkpoint
+
+    encoder = SparseEncoder.from_pretrained(tiny_bert)
+    parameter = next(encoder.parameters())
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    encoder(encoder.tokenize(["a cat"])).sum().backward()
+    optimizer.step()
+    optimizer.state[parameter]["exp_avg_sq"].view(-1)[0] = float("inf")
+    with pytest.raises(SpladekitError, match="checkpoint at step 3 not written: 1 optimizer state tensor"):
+        save_checkpoint(tmp_path, 3, encoder, optimizer, scheduler, keep=2)
+    optimizer.state[parameter]["exp_avg_sq"].zero_()
+    with torch.no_grad():
+        parameter.view(-1)[0] = float("nan")
+    with pytest.raises(SpladekitError, match="checkpoint at step 3 not written: the model's weights hold NaN or inf"):
+        save_checkpoint(tmp_path, 3, encoder, optimizer, scheduler, keep=2)
+    assert checkpoints(tmp_path) == [] and not (tmp_path / "checkpoints").exists()
+
+
+def test_train_checks_a_config_built_in_python(tiny_bert, triplets_file, tmp_path):
+    config = tiny_config(tiny_bert, triplets_file)
+    config.optimization.max_grad_norm = -1.0  # clip_grad_norm_ would flip the gradient: training uphill
+    with pytest.raises(SpladekitError, match="'optimization.max_grad_norm': expected a finite number > 0 or null"):
+        train(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_collapse_detector_conditions():

@@ -32,6 +32,26 @@ JSON_OBJECT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "
                      "generation_config.json")
 
 
+class RemoteCodeRequired(SpladekitError):
+    """The model needs its own (remote) code and it was not allowed. ``how`` says how to allow it where the
+    user is: ``--trust-remote-code`` on the commands that have it; callers whose users set it elsewhere (a
+    training config, a sweep file) re-word it with :func:`remote_code_hint`."""
+
+    def __init__(self, source: str, how: str = "pass --trust-remote-code (trust_remote_code=True)"):
+        self.source = source
+        super().__init__(f"{source}: this model needs its own (remote) code; {how} if you trust it")
+
+
+@contextlib.contextmanager
+def remote_code_hint(how: str) -> Iterator[None]:
+    """Inside this block, a :class:`RemoteCodeRequired` says ``how`` instead of naming a command-line option
+    the running command may not have."""
+    try:
+        yield
+    except RemoteCodeRequired as error:
+        raise RemoteCodeRequired(error.source, how) from None
+
+
 @dataclass
 class Backbone:
     """A masked-LM model, its tokenizer, where it came from, and what was freshly initialized."""
@@ -141,10 +161,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         raise
     except ValueError as error:
         if "trust_remote_code" in str(error):
-            raise SpladekitError(
-                f"{source}: this model needs its own (remote) code; pass --trust-remote-code "
-                "(trust_remote_code=True) if you trust it"
-            ) from None
+            raise RemoteCodeRequired(source) from None
         raise SpladekitError(f"{source}: cannot load as a masked-LM model: {first_line(error)}") from None
     except OSError as error:
         raise SpladekitError(f"{source}: cannot load model: {first_line(error)}") from None

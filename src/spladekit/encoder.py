@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,34 @@ def check_rescale_record(record: object, config_file: Path) -> None:
     expect(record.get("rescale_bias"), bool, f"{what}: rescale_bias", config_file)
 
 
+def non_finite_weights(module: nn.Module) -> list[str]:
+    """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
+
+    Cheap enough to run after every training step (see ``train/loop.py``): one fused max-|w| pass per
+    (device, dtype) group (``torch._foreach_norm`` with ord=inf, which propagates NaN, as
+    ``clip_grad_norm_`` uses) and one host synchronisation per group, usually one."""
+    named = [(name, p) for name, p in module.named_parameters() if p.is_floating_point() and p.numel()]
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, torch.Tensor]]] = {}
+    for name, parameter in named:
+        groups.setdefault((parameter.device, parameter.dtype), []).append((name, parameter))
+    bad = []
+    with torch.no_grad():
+        for members in groups.values():
+            peaks = torch.stack(torch._foreach_norm([p for _, p in members], math.inf))
+            finite = torch.isfinite(peaks)
+            if not bool(finite.all()):
+                bad += [name for (name, _), ok in zip(members, finite.tolist()) if not ok]
+    return bad
+
+
+class NonFiniteVector(SpladekitError):
+    """A text encoded to a vector with NaN/inf weights (a broken model): refused, never written."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
@@ -134,9 +163,11 @@ class SparseEncoder(nn.Module):
         """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically.
 
         An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
+        Weights holding NaN or inf are refused (:meth:`check_finite`): nothing is written.
         """
         from spladekit import __version__
 
+        self.check_finite(f"{directory}: refusing to save")
         with atomic_directory(directory, overwrite=overwrite) as staging:
             with quiet_transformers():
                 self.model.save_pretrained(staging, safe_serialization=True)
@@ -151,6 +182,13 @@ class SparseEncoder(nn.Module):
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
             write_model_card(staging, self, name=directory)
         return Path(directory)
+
+    def check_finite(self, action: str) -> None:
+        """SpladekitError ``"{action}: …"`` naming the tensors when any weight is NaN or inf."""
+        bad = non_finite_weights(self.model)
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            raise SpladekitError(f"{action}: the model's weights hold NaN or inf ({', '.join(bad[:3])}{more})")
 
     # ----------------------------------------------------------------- properties
     @property
@@ -190,10 +228,13 @@ class SparseEncoder(nn.Module):
         max_length: int | None = None,
         show_progress: bool = True,
         description: str = "encoding",
+        ids: Sequence[str] | None = None,
     ) -> sp.csr_matrix:
         """Encode texts to a float32 CSR matrix (rows in input order).
 
-        Texts are sorted by token length so each batch pads little; results are put back in order.
+        Texts are sorted by token length so each batch pads little; results are put back in order. A text
+        whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
+        position (and its id, from ``ids`` when given): such vectors are never returned.
         """
         texts = list(texts)
         if not texts:
@@ -213,7 +254,15 @@ class SparseEncoder(nn.Module):
                 for start in range(0, len(texts), batch_size):
                     chunk = order[start : start + batch_size]
                     batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
-                    blocks.append(dense_to_csr(self.forward(batch)))
+                    vectors = self.forward(batch)
+                    finite = torch.isfinite(vectors).all(dim=1)
+                    if not bool(finite.all()):
+                        index = int(chunk[int((~finite).nonzero()[0, 0])])
+                        name = f"text {index}" + ("" if ids is None else f" (id {ids[index]!r})")
+                        raise NonFiniteVector(f"{name} encodes to a vector with NaN/inf weights: the model is "
+                                              f"damaged (non-finite or overflowing weights)",
+                                              index)
+                    blocks.append(dense_to_csr(vectors))
                     progress.update(len(chunk))
         finally:
             self.model.train(was_training)

@@ -131,7 +131,8 @@ def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch
             return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
                             "cache_dir": str(folder)}
     started = time.perf_counter()
-    matrix = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress)
+    matrix = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress,
+                            ids=corpus.ids)
     seconds = round(time.perf_counter() - started, 3)
     vectors = Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
                                            "encode_seconds": seconds})
@@ -180,7 +181,7 @@ def evaluate(
     documents, encode_info = encode_corpus(encoder, collection.corpus, max_length, batch_size, cache, show_progress)
     started = time.perf_counter()
     queries = encoder.encode(collection.queries.texts, batch_size=batch_size, max_length=max_length,
-                             show_progress=show_progress)
+                             show_progress=show_progress, ids=collection.queries.ids)
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
     searcher = build_index(documents.matrix, backend, **backend_params)

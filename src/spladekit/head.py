@@ -90,6 +90,7 @@ def divide_head(model: PreTrainedModel, divisor: float, mode: str = "tied", divi
     if mode not in RESCALE_MODES:
         raise SpladekitError(f"rescale mode must be one of {RESCALE_MODES}, got {mode!r}")
     projection = vocab_projection(model)
+    check_division(projection, divisor, divide_bias)
     with torch.no_grad():
         if mode == "untie" and is_tied(model):
             _untie(model, projection)
@@ -97,6 +98,29 @@ def divide_head(model: PreTrainedModel, divisor: float, mode: str = "tied", divi
         if divide_bias and projection.bias is not None:
             projection.bias.div_(divisor)
     return model
+
+
+def check_division(projection: nn.Linear, divisor: float, divide_bias: bool = False) -> None:
+    """Refuse, before anything is changed, a division of the head by ``divisor`` whose result the model cannot
+    carry in its dtype: a head that already holds NaN/inf, a row norm whose square overflows (then every
+    logit, and with a tied head the input LayerNorm too, is inf/NaN: ``rescale --k 1e-36``), or a bias
+    that overflows."""
+    weight = projection.weight.detach()
+    largest = torch.finfo(weight.dtype).max
+    limit = math.sqrt(largest)
+    rows = float(weight.float().norm(dim=1).max()) if weight.numel() else 0.0
+    if not math.isfinite(rows):
+        raise SpladekitError("the vocabulary projection already holds NaN/inf or overflowing rows; "
+                             "the model is damaged (reload the original backbone)")
+    if rows / divisor >= limit:
+        raise SpladekitError(f"dividing the head by {divisor:g} would make its largest row norm {rows / divisor:.3g}: "
+                             f"dot products with it overflow {str(weight.dtype).removeprefix('torch.')} (row norms "
+                             f"must stay below {limit:.3g}), so every vector would be inf/NaN; the model was left "
+                             f"unchanged (use a larger k)")
+    bias = projection.bias
+    peak = float(bias.detach().float().abs().max()) if divide_bias and bias is not None and bias.numel() else 0.0
+    if not peak / divisor < largest:  # also NaN
+        raise SpladekitError(f"dividing the head bias by {divisor:g} gives NaN/inf; the model was left unchanged")
 
 
 def _untie(model: PreTrainedModel, projection: nn.Linear) -> None:

@@ -133,7 +133,7 @@ def encode(
         documents = read_corpus(corpus)
         encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
         started = time.perf_counter()
-        matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length)
+        matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length, ids=documents.ids)
         seconds = time.perf_counter() - started
         vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
                                                    "max_length": max_length or encoder.max_length,

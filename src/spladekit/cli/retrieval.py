@@ -117,7 +117,7 @@ def search(
                 raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
                                      f"{searcher.vocab_size}")
             parsed = read_corpus(queries)
-            vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length)
+            vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
             query_ids = parsed.ids
         started = time.perf_counter()
         result = searcher.search(vectors, k=k, **params)

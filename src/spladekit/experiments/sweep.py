@@ -35,6 +35,7 @@ from spladekit.data.lines import expect, read_json
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import RESCALE_MODES, parse_k
+from spladekit.schema import allowed
 from spladekit.sources import is_local, is_local_model
 
 log = logging.getLogger("spladekit")
@@ -42,14 +43,17 @@ log = logging.getLogger("spladekit")
 RUN_FILE = "run.json"
 EVALUATION_FILE = "evaluation.json"
 PLAN_FILE = "plan.json"
+# A backbone name becomes a folder (backbones/<name>/) and part of run names (<name>__k<k>__<mode>).
+SAFE_NAME = r"(?!\.{1,2}$)(?!.*__)[A-Za-z0-9._-]+"
+SAFE_NAME_WORDS = "a name of letters, digits, '.', '_' and '-' (not '.' or '..', no '__')"
 
 
 @dataclass
 class BackboneSpec:
-    name: str = ""
+    name: str = allowed("", pattern=SAFE_NAME, pattern_words=SAFE_NAME_WORDS)
     id: str = ""  # hub id or local folder
     trust_remote_code: bool = False
-    inflate: Union[float, None] = None  # simulate a high-norm head: W_head × inflate before training
+    inflate: Union[float, None] = allowed(None, minimum=0, exclusive=True)  # simulate a high-norm head: W_head × inflate before training
     inflate_mode: Literal["tied", "untie"] = "tied"  # tied: the shared matrix (inputs too); untie: the head only
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
     modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
@@ -61,8 +65,8 @@ class BackboneSpec:
 class SweepEvaluation:
     data: list = field(default_factory=list)  # collection folders, names or suites (as `spladekit evaluate --data`)
     split: str = "test"
-    max_length: Union[int, None] = 256
-    batch_size: int = 32
+    max_length: Union[int, None] = allowed(256, minimum=1)
+    batch_size: int = allowed(32, minimum=1)
     data_root: Union[str, None] = None  # local folder holding a suite's collections (offline suites)
 
 
@@ -127,12 +131,8 @@ def load_sweep(path: str | Path) -> SweepConfig:
         spec = build_dataclass(BackboneSpec, item, f"backbones[{index}].", source)
         if not spec.name or not spec.id:
             raise InputError(f"backbones[{index}]: 'name' and 'id' are required", source)
-        if "__" in spec.name or "/" in spec.name:
-            raise InputError(f"backbones[{index}]: name {spec.name!r} may not contain '/' or '__'", source)
         spec.k = [_check_k(k, f"backbones[{index}].k", source) for k in spec.k] if spec.k else None
         spec.modes = _check_modes(spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
-        if spec.inflate is not None and not spec.inflate > 0:
-            raise InputError(f"backbones[{index}].inflate must be positive", source)
         for assignment in spec.set or []:
             if str(assignment).startswith(("backbone.", "rescale.")):
                 raise InputError(f"backbones[{index}].set: {assignment!r}: backbone and rescale are set by the sweep", source)
@@ -398,6 +398,13 @@ def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
 
 def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     """Train (or resume) and evaluate one cell; ``run.json`` says ``done`` only when all of it finished."""
+    from spladekit.backbone import remote_code_hint
+
+    with remote_code_hint(f"set trust_remote_code: true on backbone {cell.backbone!r} in the sweep file"):
+        return _run_cell(cell, sweep, output)
+
+
+def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     from spladekit.train.checkpoint import checkpoints
     from spladekit.train.config import config_from_dict
     from spladekit.train.loop import train

@@ -17,12 +17,13 @@ from spladekit.index.store import read_searcher, write_index
 
 @dataclass
 class SearchResult:
-    """Top-k per query: row i holds the document *row numbers* (int64, -1 = no hit) and their scores.
+    """Top-k per query: row i holds the document *row numbers* (int64, -1 = no hit) and their scores; k is
+    the requested k capped at the number of documents (:meth:`Searcher.result_size`).
 
     With the query and document ids it becomes a :class:`spladekit.run.Run` (``Run.from_hits``)."""
 
-    doc_indices: np.ndarray  # n_queries × k, int64
-    scores: np.ndarray  # n_queries × k, float32
+    doc_indices: np.ndarray  # n_queries × min(k, n_docs), int64
+    scores: np.ndarray  # n_queries × min(k, n_docs), float32
 
     @classmethod
     def from_hits(cls, hits: list[tuple[np.ndarray, np.ndarray]], k: int) -> SearchResult:
@@ -63,6 +64,7 @@ class Searcher(abc.ABC):
         """``search`` over consecutive query batches, with a progress bar (long runs: MS MARCO dev)."""
         from tqdm.auto import tqdm
 
+        k = self.result_size(k)
         parts = [
             self.search(queries[start : start + batch_size], k=k, **params)
             for start in tqdm(range(0, queries.shape[0], batch_size), desc=f"{self.name} search", unit="batch",
@@ -72,6 +74,14 @@ class Searcher(abc.ABC):
             return SearchResult(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
         return SearchResult(np.vstack([part.doc_indices for part in parts]),
                             np.vstack([part.scores for part in parts]))
+
+    def result_size(self, k: int) -> int:
+        """The hits per query a search returns: ``k``, capped at the number of documents (no query can have
+        more, and ``--k 10**12`` must not allocate n_queries × 10¹² slots); every backend's ``search``
+        starts with it. SpladekitError for a k that is not an integer >= 1."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise SpladekitError(f"k must be an integer >= 1, got {k!r}")
+        return max(1, min(int(k), self.n_docs))
 
     @abc.abstractmethod
     def write_files(self, folder: Path) -> None:

@@ -170,6 +170,7 @@ class BmpSearcher(Searcher):
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """``params``: alpha, beta (default: the index's)."""
         settings = self.search_settings(params)
+        k = self.result_size(k)
         queries = self.check_queries(queries)
         hits = [
             self._search_one(queries.indices[queries.indptr[i]: queries.indptr[i + 1]],

@@ -49,6 +49,7 @@ class ExactSearcher(Searcher):
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         self.check_params(params, "search")  # exact search has no parameters: refuse any, clearly
+        k = self.result_size(k)
         queries = self.check_queries(queries)
         hits = []
         for start in range(0, queries.shape[0], self.query_batch):

@@ -154,8 +154,7 @@ class QdrantSearcher(Searcher):
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
         self.check_params(params, "search")  # Qdrant's exact search has no parameters: refuse any, clearly
-        if k < 1:
-            raise SpladekitError(f"k must be >= 1, got {k}")
+        k = self.result_size(k)
         models = _qdrant().models
         queries = self.check_queries(queries)
         hits = [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))] * queries.shape[0]

@@ -93,6 +93,7 @@ class SeismicSearcher(Searcher):
         import seismic
 
         settings = self.search_settings(params)
+        k = self.result_size(k)
         queries = self.check_queries(queries)
         string = seismic.get_seismic_string()
         ids = np.array([str(i) for i in range(queries.shape[0])], dtype=string)

@@ -6,8 +6,9 @@
 * ``state.json``: the step (the data position: sampling is a pure function of the step, see
   ``spladekit.data.training``) for people and scripts.
 
-A checkpoint folder appears complete under its final name or not at all, so the newest folder is
-always a good one, even after ``kill -9``.
+A checkpoint folder appears complete under its final name or not at all, and only with finite weights and
+optimizer state (NaN/inf is refused before anything is written), so the newest folder is always a good
+one, even after ``kill -9`` or a diverged update.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from spladekit.atomic import atomic_directory
 from spladekit.data.lines import reading
-from spladekit.errors import InputError
+from spladekit.errors import InputError, SpladekitError
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
@@ -53,9 +54,25 @@ def checkpoints(output: Path) -> list[Path]:
     return sorted(found, key=lambda path: int(path.name[len(PREFIX):]))
 
 
+def non_finite_state(optimizer: torch.optim.Optimizer) -> int:
+    """How many optimizer state tensors (AdamW moments…) hold NaN or inf."""
+    tensors = [value for state in optimizer.state.values() for value in state.values()
+               if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()]
+    if not tensors:
+        return 0
+    with torch.no_grad():
+        return int((~torch.stack([torch.isfinite(value).all() for value in tensors])).sum())
+
+
 def save_checkpoint(output: Path, step: int, encoder: SparseEncoder, optimizer: torch.optim.Optimizer,
                     scheduler: torch.optim.lr_scheduler.LRScheduler, keep: int) -> Path:
+    """Write ``checkpoints/step-NNNNNNNN`` atomically and drop all but the newest ``keep``; NaN/inf weights or
+    optimizer state are refused (SpladekitError) before anything is written or dropped."""
     target = Path(output) / "checkpoints" / f"{PREFIX}{step:08d}"
+    encoder.check_finite(f"checkpoint at step {step} not written")
+    damaged = non_finite_state(optimizer)
+    if damaged:
+        raise SpladekitError(f"checkpoint at step {step} not written: {damaged} optimizer state tensor(s) hold NaN or inf")
     with atomic_directory(target, overwrite=True) as staging:
         encoder.save(staging / "model")
         torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),

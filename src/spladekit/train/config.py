@@ -2,6 +2,10 @@
 
 Every key is checked against the schema: a key that does not exist is an error naming the closest
 existing key (``difflib``), a value of the wrong type or outside its choices is an error naming the key.
+Allowed ranges are declared once, next to each field (``allowed(default, minimum=…)``, see
+:mod:`spladekit.schema`), and every number must be finite; they are checked key by key while the file
+is read (:func:`build_dataclass`, which sweep files use too) and again by :func:`validate` for configs
+built in Python, before any work.
 The fully resolved configuration (defaults filled in, ``rescale.k/mode: auto`` replaced by the value it
 resolved to) is saved with the run as ``config.yaml``.
 """
@@ -10,16 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Union
+from typing import Any, Literal, NoReturn
 
 import yaml
 
 from spladekit.errors import InputError, SpladekitError
+from spladekit.schema import allowed, check_declared, check_value, type_options
 
 
 @dataclass
@@ -34,7 +38,7 @@ class RescaleConfig:
     k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": diagnosis.diagnose's recommended_k
     mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
     rescale_bias: bool = False
-    auto_pairs: int = 64  # training (query, positive) pairs that "auto" diagnoses the head on
+    auto_pairs: int = allowed(64, minimum=1)  # training (query, positive) pairs that "auto" diagnoses the head on
 
 
 @dataclass
@@ -44,16 +48,16 @@ class DataConfig:
     queries: str | None = None  # id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)
     collection: str | None = None  # id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)
     header: bool = False  # id_triplets: the first line is a header
-    columns: int | None = None  # triplet TSVs: use only the first N columns (query, positive, negatives…)
+    columns: int | None = allowed(None, minimum=3)  # triplet TSVs: use only the first N columns (query, positive, negatives…)
     negative_systems: list | None = None  # hard_negatives: which systems' negatives (None: all)
     hf_config: str | None = None
     split: str = "train"
     teacher: str | None = None  # teacher scores for distillation
     teacher_format: Literal["jsonl", "ce_scores"] = "jsonl"
-    negatives: int = 1  # hard negatives per query
-    limit: int | None = None  # read at most this many lines / pairs
-    query_max_length: int = 32
-    doc_max_length: int = 128
+    negatives: int = allowed(1, minimum=1)  # hard negatives per query
+    limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
+    query_max_length: int = allowed(32, minimum=1)
+    doc_max_length: int = allowed(128, minimum=1)
 
 
 @dataclass
@@ -64,43 +68,43 @@ class LossConfig:
 @dataclass
 class RegularizerConfig:
     name: Literal["flops", "l1"] = "flops"
-    lambda_q: float = 3e-4
-    lambda_d: float = 1e-4
-    warmup_steps: int = 100  # T in λ_t = λ·min(1, t/T)²
+    lambda_q: float = allowed(3e-4, minimum=0)
+    lambda_d: float = allowed(1e-4, minimum=0)
+    warmup_steps: int = allowed(100, minimum=0)  # T in λ_t = λ·min(1, t/T)²
 
 
 @dataclass
 class OptimizationConfig:
-    steps: int = 1000
-    batch_size: int = 8  # queries per optimizer step, over all micro-batches and all processes
-    accumulation: int = 1  # micro-batches per step (exact: see train/loop.py)
-    lr: float = 2e-5
-    weight_decay: float = 0.01  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
+    steps: int = allowed(1000, minimum=1)
+    batch_size: int = allowed(8, minimum=1)  # queries per optimizer step, over all micro-batches and all processes
+    accumulation: int = allowed(1, minimum=1)  # micro-batches per step (exact: see train/loop.py)
+    lr: float = allowed(2e-5, minimum=0, exclusive=True)
+    weight_decay: float = allowed(0.01, minimum=0)  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
     decay_embeddings: bool = True  # also decay the input embeddings (= the head when tied)
-    warmup_steps: int = 100
-    max_grad_norm: float | None = 1.0  # None: no clipping
+    warmup_steps: int = allowed(100, minimum=0)
+    max_grad_norm: float | None = allowed(1.0, minimum=0, exclusive=True)  # None: no clipping
     bf16: bool = False
 
 
 @dataclass
 class LoggingConfig:
-    every: int = 10
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
+    every: int = allowed(10, minimum=1)
+    checkpoint_every: int = allowed(100, minimum=1)
+    keep_checkpoints: int = allowed(2, minimum=1)
     progress: bool = True
     plots: bool = True
     stop_on_collapse: bool = False
-    collapse_patience: int = 5  # consecutive logs before a collapse is declared
-    explosion_factor: float = 10.0  # loss > factor × its lowest logged value = explosion
+    collapse_patience: int = allowed(5, minimum=1)  # consecutive logs before a collapse is declared
+    explosion_factor: float = allowed(10.0, minimum=1, exclusive=True)  # loss > factor × its lowest logged value = explosion
 
 
 @dataclass
 class EvaluationConfig:
     data: str | None = None  # collection folder, ir_datasets / HF id or suite (as `spladekit evaluate --data`)
     split: str = "test"
-    every: int | None = None  # also evaluate every N steps (None: only at the end)
-    max_length: int | None = None  # token limit (None: data.doc_max_length)
-    batch_size: int = 32
+    every: int | None = allowed(None, minimum=1)  # also evaluate every N steps (None: only at the end)
+    max_length: int | None = allowed(None, minimum=1)  # token limit (None: data.doc_max_length)
+    batch_size: int = allowed(32, minimum=1)
 
 
 @dataclass
@@ -113,7 +117,7 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: int = 0
+    seed: int = allowed(0, minimum=0, maximum=2**32 - 1)  # numpy accepts seeds in [0, 2³² - 1]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -136,17 +140,10 @@ def _unknown_key(key: str, source: str | None, candidates: list[str] | None = No
     return InputError(f"unknown config key {key!r}{hint}", source)
 
 
-def _options(hint: Any) -> tuple:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return (hint,)
-
-
 def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
     """``value`` as the type ``hint`` allows (YAML gives '5e-5' as a string: floats are parsed)."""
     choices: list = []
-    for option in _options(hint):
+    for option in type_options(hint):
         if option is type(None):
             if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
                 return None
@@ -170,7 +167,7 @@ def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
                     pass
         elif option in (str, list) and isinstance(value, option):
             return value
-    names = [getattr(option, "__name__", str(option)) for option in _options(hint) if typing.get_origin(option) is not Literal]
+    names = [getattr(option, "__name__", str(option)) for option in type_options(hint) if typing.get_origin(option) is not Literal]
     expected = " or ".join([repr(c) for c in choices] + [n.replace("NoneType", "null") for n in names])
     close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
     hint_text = f" (did you mean {close[0]!r}?)" if close else ""
@@ -178,20 +175,23 @@ def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
 
 
 def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> Any:
+    """``cls`` from a mapping read from YAML: unknown keys, types and declared ranges checked, key by key."""
     if not isinstance(values, dict):
-        raise InputError(f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping", source)
+        raise InputError(f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping, "
+                         f"got {type(values).__name__} {values!r:.60}", source)
     hints = typing.get_type_hints(cls)
-    names = {item.name for item in dataclasses.fields(cls)}
+    fields = {item.name: item for item in dataclasses.fields(cls)}
     for key in values:
-        if key not in names:
+        if key not in fields:
             raise _unknown_key(prefix + str(key), source, [prefix + name for name in _all_keys(cls)])
     kwargs = {}
     for name, value in values.items():
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
-            kwargs[name] = build_dataclass(hint, value or {}, f"{prefix}{name}.", source)
+            kwargs[name] = build_dataclass(hint, {} if value is None else value, f"{prefix}{name}.", source)
         else:
             kwargs[name] = _coerce(value, hint, prefix + name, source)
+            check_value(kwargs[name], fields[name], hint, prefix + name, source)
     return cls(**kwargs)
 
 
@@ -205,13 +205,18 @@ def apply_override(values: dict, assignment: str, where: str = "--set") -> None:
     key = key.strip()
     if key not in _all_keys(TrainConfig):
         raise _unknown_key(key, where)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as error:
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise SpladekitError(f"{where} {assignment!r}: the value is not valid YAML ({problem})") from None
     *sections, leaf = key.split(".")
     target = values
     for section in sections:
         if not isinstance(target.get(section), dict):
             target[section] = {}
         target = target[section]
-    target[leaf] = yaml.safe_load(raw) if raw.strip() else None
+    target[leaf] = value
 
 
 def config_from_dict(values: dict, source: str | None = None) -> TrainConfig:
@@ -221,11 +226,12 @@ def config_from_dict(values: dict, source: str | None = None) -> TrainConfig:
 
 
 def read_yaml(path: Path, what: str = "file") -> Any:
-    """Parse a YAML file; a syntax error names the file and line."""
+    """Parse a YAML file (an empty one is ``{}``); a syntax error names the file and line."""
     if not path.is_file():
         raise InputError(f"no such {what}", path)
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return {} if values is None else values
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
@@ -240,6 +246,10 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
         path = Path(path)
         source = str(path)
         values = read_yaml(path, "config file")
+        if not isinstance(values, dict):
+            kind = {"list": "a list", "bool": "a boolean", "str": "a string"}.get(type(values).__name__, "a number")
+            raise InputError(f"a training config is a mapping of sections (backbone:, data:, optimization: …); "
+                             f"this file holds {kind}", source)
     for assignment in overrides:
         apply_override(values, assignment)
     return config_from_dict(values, source)
@@ -254,6 +264,8 @@ def save_config(config: TrainConfig, path: Path, header: str = "") -> None:
 
 def validate(config: TrainConfig, source: str | None = None) -> None:
     """Value ranges and combinations that cannot work together."""
+    from spladekit.head import parse_k  # lazily: the config schema itself needs no torch
+
     def fail(message: str) -> NoReturn:
         raise InputError(message, source)
 
@@ -261,37 +273,18 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         fail("backbone.id is required (hub id or model folder)")
     if not config.data.path:
         fail("data.path is required")
-    k = config.rescale.k
-    if isinstance(k, float) and not k > 0:
-        fail(f"rescale.k must be positive, 'auto' or null, got {k}")
-    positive = {"optimization.steps": config.optimization.steps, "optimization.batch_size": config.optimization.batch_size,
-                "optimization.accumulation": config.optimization.accumulation, "data.negatives": config.data.negatives,
-                "logging.every": config.logging.every, "logging.checkpoint_every": config.logging.checkpoint_every,
-                "logging.keep_checkpoints": config.logging.keep_checkpoints,
-                "logging.collapse_patience": config.logging.collapse_patience,
-                "data.query_max_length": config.data.query_max_length, "data.doc_max_length": config.data.doc_max_length,
-                "rescale.auto_pairs": config.rescale.auto_pairs}
-    for key, value in positive.items():
-        if value < 1:
-            fail(f"{key} must be >= 1, got {value}")
+    check_declared(config, "", source)  # every declared range; every number finite
+    if config.rescale.k is not None:
+        try:
+            parse_k(config.rescale.k, allow_auto=True)  # the one rule for k
+        except SpladekitError:
+            fail(f"config key 'rescale.k': expected a positive finite number or 'auto' or null (no rescaling), "
+                 f"got {config.rescale.k!r}")
     if config.optimization.batch_size % config.optimization.accumulation:
         fail(f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
              f"optimization.accumulation ({config.optimization.accumulation})")
-    for key in ("every", "max_length"):
-        value = getattr(config.evaluation, key)
-        if value is not None and value < 1:
-            fail(f"evaluation.{key} must be >= 1 or null, got {value}")
-    if config.data.columns is not None and config.data.columns < 3:
-        fail(f"data.columns must be >= 3 (query, positive, negative…), got {config.data.columns}")
     if config.evaluation.data is None and config.evaluation.every is not None:
         fail("evaluation.every is set but evaluation.data is not")
-    if config.optimization.lr <= 0:
-        fail("optimization.lr must be positive")
-    for key in ("lambda_q", "lambda_d"):
-        if getattr(config.regularizer, key) < 0:
-            fail(f"regularizer.{key} must be >= 0")
-    if config.regularizer.warmup_steps < 0 or config.optimization.warmup_steps < 0:
-        fail("warm-up steps must be >= 0")
     data, distillation = config.data, config.loss.name != "infonce"
     if distillation and data.teacher is None:
         fail(f"loss.name {config.loss.name!r} distills teacher scores: set data.teacher")

@@ -42,8 +42,9 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from spladekit.atomic import InPlace, check_new_output, open_in_place
+from spladekit.backbone import remote_code_hint
 from spladekit.data.training import Example, TrainingSet, load_training_set
-from spladekit.encoder import SparseEncoder
+from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
 from spladekit.evaluate import evaluate_data
 from spladekit.head import head_norms
@@ -56,7 +57,7 @@ from spladekit.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from spladekit.train.config import TrainConfig, load_config, save_config
+from spladekit.train.config import TrainConfig, load_config, save_config, validate
 from spladekit.train.losses import LOSSES
 from spladekit.train.monitors import (
     EVALUATION_FILE,
@@ -72,7 +73,7 @@ CONFIG_FILE = "config.yaml"
 
 
 class TrainingStopped(SpladekitError):
-    """The run stopped itself (non-finite loss, or collapse with ``stop_on_collapse``)."""
+    """The run stopped itself (non-finite loss, gradient or weights, or collapse with ``stop_on_collapse``)."""
 
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -228,6 +229,12 @@ def forward_backward(encoder: SparseEncoder, micro_batches: list[list[Example]],
     return float(total.detach()), parts
 
 
+def _last_good(output: Path) -> str:
+    """Where to restart from: the newest checkpoint (checkpoints are verified finite when written)."""
+    last = checkpoints(output)
+    return f"Last good checkpoint: {last[-1] if last else 'none (no checkpoint written yet)'}"
+
+
 def split_batch(examples: list[Example], accumulation: int, processes: distributed.Processes) -> list[list[Example]]:
     """This process's share of each micro-batch: micro-batch j, rank r gets a contiguous slice, so the
     gathered order (micro-batch, then rank) is the order of the examples."""
@@ -265,11 +272,13 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
     into it fails at once. With ``overwrite``, an existing run is left untouched until the config, the
     training data and the backbone are loaded; it is then moved aside, deleted when the new run
     completes, and put back (the new run's files discarded) if the new run fails."""
+    validate(config)  # declared ranges, finite numbers, combinations: also for a config built in Python
     processes = distributed.setup()
     output = Path(output)
     try:
         with contextlib.ExitStack() as stack:
             place = stack.enter_context(open_in_place(output)) if processes.main else None
+            stack.enter_context(remote_code_hint("set backbone.trust_remote_code: true in the training config"))
             try:
                 return _train(config, output, resume, overwrite, processes, place)
             except BaseException as error:
@@ -332,14 +341,22 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
             distributed.average_gradients(parameters, processes)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, opt.max_grad_norm or math.inf))
             if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                last = checkpoints(output)
                 raise TrainingStopped(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
-                                      f"the model was not updated. Last good checkpoint: "
-                                      f"{last[-1] if last else 'none (no checkpoint written yet)'}")
+                                      f"the model was not updated. {_last_good(output)}")
             lr = scheduler.get_last_lr()[0]
-            optimizer.step()
+            try:
+                optimizer.step()
+            except RuntimeError as error:  # AdamW's step size (lr / bias correction) beyond float range
+                if "overflow" not in str(error):
+                    raise
+                raise TrainingStopped(f"the update of step {step} overflowed ({error}; learning rate {lr:g}); "
+                                      f"nothing was saved. {_last_good(output)}") from None
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
+            damaged = non_finite_weights(encoder)  # a finite gradient can still give NaN/inf weights (huge lr)
+            if damaged:
+                raise TrainingStopped(f"non-finite weights after the update of step {step} ({', '.join(damaged[:3])}"
+                                      f"{' …' if len(damaged) > 3 else ''}); nothing was saved. {_last_good(output)}")
             progress.update(1)
             progress.set_postfix(loss=f"{loss:.4f}", q_nnz=f"{parts['q_nnz']:.0f}", d_nnz=f"{parts['d_nnz']:.0f}")
             if step % log.every == 0 or step == opt.steps:
