@@ -84,6 +84,7 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch):
 
 
 def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    import spladekit.experiments.sweep as sweep_module
     import spladekit.train.loop as loop
     from spladekit.experiments.sweep import run_cell
 
@@ -104,7 +105,7 @@ def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "save_checkpoint", save_checkpoint)
     resumed = []
     train = loop.train
-    monkeypatch.setattr(loop, "train", lambda *a, **kw: resumed.append(kw["resume"]) or train(*a, **kw))
+    monkeypatch.setattr(sweep_module, "train", lambda *a, **kw: resumed.append(kw["resume"]) or train(*a, **kw))
     assert run_cell(cell, sweep, output)["status"] == "done"
     assert resumed == [True]
     assert [m["step"] for m in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())] == [1, 2, 3]

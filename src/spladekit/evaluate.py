@@ -36,8 +36,9 @@ import scipy.sparse as sp
 import torch
 
 from spladekit.atomic import OutputBusy, final_path
-from spladekit.data.collections import Collection, reconcile
+from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus
+from spladekit.data.suites import SUITES, load_suite
 from spladekit.data.trec import Qrels
 from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
@@ -233,9 +234,6 @@ def evaluate_data(encoder: SparseEncoder, data: str | Path, split: str = "test",
                   data_root: str | Path | None = None, run_dir: str | Path | None = None,
                   **options: Any) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
-    from spladekit.data.collections import load_collection
-    from spladekit.data.suites import SUITES, load_suite
-
     if str(data) in SUITES:
         return evaluate_suite(encoder, load_suite(str(data), data_root, split), str(data), run_dir, **options)
     collection = load_collection(data, split)

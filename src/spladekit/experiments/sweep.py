@@ -31,12 +31,20 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from spladekit.atomic import atomic_file
+from spladekit.backbone import check_model_folder, remote_code_hint, vocab_projection
 from spladekit.data.lines import expect, read_json
+from spladekit.data.suites import SUITES
+from spladekit.diagnosis import diagnose
+from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
+from spladekit.evaluate import evaluate_data
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.head import RESCALE_MODES, parse_k
+from spladekit.head import RESCALE_MODES, divide_head, parse_k
 from spladekit.schema import allowed
 from spladekit.sources import is_local, is_local_model
+from spladekit.train.checkpoint import checkpoints
+from spladekit.train.config import apply_override, build_dataclass, config_from_dict, read_yaml
+from spladekit.train.loop import train
 
 log = logging.getLogger("spladekit")
 
@@ -111,8 +119,6 @@ def _check_modes(values: list, where: str, source: str) -> list[str]:
 
 def load_sweep(path: str | Path) -> SweepConfig:
     """Read and check a sweep file (unknown keys name the closest existing one)."""
-    from spladekit.train.config import build_dataclass, config_from_dict, read_yaml
-
     path = Path(path)
     values = read_yaml(path, "sweep file")
     source = str(path)
@@ -161,8 +167,6 @@ def plan(sweep: SweepConfig) -> list[Cell]:
 
 def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_path: str, source: str = "sweep") -> dict:
     """The training config of one cell: the shared recipe, the backbone's ``set`` overrides, backbone and k."""
-    from spladekit.train.config import apply_override
-
     values = copy.deepcopy(sweep.recipe)
     for assignment in spec.set or []:
         apply_override(values, assignment, f"{source}: backbone {spec.name!r} set")
@@ -200,8 +204,6 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM
 
-    from spladekit.backbone import check_model_folder, vocab_projection
-
     local = is_local_model(spec.id)
     if local:
         check_model_folder(Path(spec.id).expanduser())
@@ -225,8 +227,6 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
 
 def _data_check(sweep: SweepConfig) -> list[str]:
     """Problems with the training data and the evaluation datasets (nothing is downloaded)."""
-    from spladekit.data.suites import SUITES
-
     problems = []
     data = sweep.recipe.get("data", {})
     fmt, path = data.get("format", "triplets"), data.get("path", "")
@@ -316,10 +316,6 @@ def _write_json(path: Path, payload: dict) -> None:
 
 def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
     """The folder/id to train from (an inflated variant is built once) and its initial head report."""
-    from spladekit.diagnosis import diagnose
-    from spladekit.encoder import SparseEncoder
-    from spladekit.head import divide_head
-
     folder = output / "backbones" / spec.name
     report_path = output / "backbones" / f"{spec.name}.diagnose.json"
     path = spec.id
@@ -339,9 +335,6 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
 
 def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
     """The trained model of one run on every evaluation dataset or suite, keyed by its name."""
-    from spladekit.encoder import SparseEncoder
-    from spladekit.evaluate import evaluate_data
-
     encoder = SparseEncoder.from_pretrained(run_dir / "model", trust_remote_code=trust_remote_code)
     evaluation = sweep.evaluation
     results = {}
@@ -398,17 +391,11 @@ def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
 
 def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     """Train (or resume) and evaluate one cell; ``run.json`` says ``done`` only when all of it finished."""
-    from spladekit.backbone import remote_code_hint
-
     with remote_code_hint(f"set trust_remote_code: true on backbone {cell.backbone!r} in the sweep file"):
         return _run_cell(cell, sweep, output)
 
 
 def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
-    from spladekit.train.checkpoint import checkpoints
-    from spladekit.train.config import config_from_dict
-    from spladekit.train.loop import train
-
     spec = next(spec for spec in sweep.backbones if spec.name == cell.backbone)
     run_dir = output / "runs" / cell.name
     record_path = run_dir / RUN_FILE

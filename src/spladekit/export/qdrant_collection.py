@@ -8,6 +8,7 @@ from pathlib import Path
 import scipy.sparse as sp
 
 from spladekit.atomic import final_path, open_output
+from spladekit.index.qdrant import QdrantSearcher
 
 
 def export_qdrant(
@@ -24,8 +25,6 @@ def export_qdrant(
     """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into qdrant-client's
     local storage at ``qdrant_path`` (in memory if neither); with ``output``, also save a spladekit index
     folder (``spladekit search`` reads it with the qdrant backend), opened before the upload."""
-    from spladekit.index.qdrant import QdrantSearcher
-
     with contextlib.ExitStack() as stack:
         opened = None if output is None else stack.enter_context(open_output(output, folder=True, overwrite=overwrite))
         searcher = QdrantSearcher.build(vectors, doc_ids=ids, url=url, path=qdrant_path, collection=collection,

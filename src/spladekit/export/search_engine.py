@@ -29,6 +29,7 @@ from spladekit.atomic import atomic_directory, final_path
 from spladekit.errors import SpladekitError
 from spladekit.export.feature_names import escape_feature
 from spladekit.export.weights import prune_top_k, quantize
+from spladekit.foreign_models import resolve_model_folder
 
 # engine → accepted field types, the first being the default
 ENGINES = {"opensearch": ("rank_features",), "elasticsearch": ("sparse_vector", "rank_features")}
@@ -165,8 +166,6 @@ def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = Fa
     Ids the tokenizer does not know (embedding matrices padded past the tokenizer) are named ``[id:N]``.
     """
     from transformers import AutoTokenizer
-
-    from spladekit.foreign_models import resolve_model_folder
 
     local = Path(model)
     source = resolve_model_folder(local).path if local.exists() else str(model)

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from spladekit.atomic import atomic_directory
 from spladekit.backbone import quiet_transformers
+from spladekit.encoder import METADATA_FILE
 from spladekit.errors import SpladekitError
+from spladekit.model_card import write_model_card
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
@@ -46,9 +48,6 @@ def export_sentence_transformers(encoder: SparseEncoder, output: str | Path, ove
 
 
 def _write(st: ModuleType, encoder: SparseEncoder, output: Path, overwrite: bool, trust_remote_code: bool) -> None:
-    from spladekit.encoder import METADATA_FILE
-    from spladekit.model_card import write_model_card
-
     with atomic_directory(output, overwrite=overwrite) as staging:
         encoder.save(staging / STAGED_MODEL)
         remote = {"trust_remote_code": True} if trust_remote_code else {}

@@ -22,6 +22,7 @@ from typing import Any, Literal, NoReturn
 
 import yaml
 
+from spladekit.atomic import atomic_file
 from spladekit.errors import InputError, SpladekitError
 from spladekit.schema import allowed, check_declared, check_value, type_options
 
@@ -256,8 +257,6 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
 
 
 def save_config(config: TrainConfig, path: Path, header: str = "") -> None:
-    from spladekit.atomic import atomic_file
-
     with atomic_file(path) as stream:
         stream.write(header + yaml.safe_dump(config.to_dict(), sort_keys=False))
 
