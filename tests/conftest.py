@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,33 @@ def shared_path(*parts: str) -> Path:
 def _quiet_transformers():
     logging.getLogger("transformers").setLevel(logging.ERROR)
     yield
+
+
+@dataclass
+class CliResult:
+    """What a CLI call returned, shaped like ``subprocess.CompletedProcess``."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run ``spladekit ARGS…`` in this process (``spladekit.cli.main`` with ``sys.argv`` patched): the same
+    entry point, error handling and exit codes as the console script, without a fresh interpreter importing
+    torch each time. Tests that need a separate process (kill -9, two writers, torchrun) use subprocess."""
+    from spladekit.cli import main
+
+    def run(*args) -> CliResult:
+        capsys.readouterr()  # drop what earlier steps printed
+        monkeypatch.setattr(sys, "argv", ["spladekit", *map(str, args)])
+        try:
+            main()
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
