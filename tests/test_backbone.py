@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -119,13 +117,13 @@ def test_what_transformers_still_refuses_is_one_error_naming_the_folder(tiny_mod
 
 
 @pytest.mark.parametrize("command", [["diagnose"], ["export", "--format", "sentence-transformers", "--output"]])
-def test_cli_on_a_truncated_model_prints_one_error_line(tiny_model_dirs, tmp_path, command):
+def test_cli_on_a_truncated_model_prints_one_error_line(tiny_model_dirs, tmp_path, command, cli):
     folder = copy_of(tiny_model_dirs, tmp_path)
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])  # a copy cut short
     args = [command[0], folder, *command[1:]] + ([tmp_path / "out"] if command[-1] == "--output" else [])
-    result = subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True)
+    result = cli(*map(str, args))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {weights}: corrupt or unreadable safetensors weights (")

@@ -16,10 +16,6 @@ from spladekit.head import rescale_record
 from spladekit.vectors import Vectors
 
 
-def spladekit(*args):
-    return subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True)
-
-
 @pytest.fixture
 def corpus(tmp_path):
     path = tmp_path / "corpus.jsonl"
@@ -29,8 +25,8 @@ def corpus(tmp_path):
     return path
 
 
-def test_diagnose_json(tiny_model_dirs, tmp_path):
-    result = spladekit("diagnose", tiny_model_dirs["roberta"], "--json", "--output", tmp_path / "d.json")
+def test_diagnose_json(tiny_model_dirs, tmp_path, cli):
+    result = cli("diagnose", tiny_model_dirs["roberta"], "--json", "--output", tmp_path / "d.json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report == json.loads((tmp_path / "d.json").read_text())
@@ -38,16 +34,16 @@ def test_diagnose_json(tiny_model_dirs, tmp_path):
     assert report["head_param"] == "lm_head.decoder.weight"
 
 
-def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus):
+def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus, cli):
     out = tmp_path / "rescaled"
-    result = spladekit("rescale", tiny_model_dirs["modernbert"], "--k", "4", "--mode", "untie", "--output", out)
+    result = cli("rescale", tiny_model_dirs["modernbert"], "--k", "4", "--mode", "untie", "--output", out)
     assert result.returncode == 0, result.stderr
     encoder = SparseEncoder.from_pretrained(out)
     assert rescale_record(encoder.model)["k"] == 4.0 and not is_tied(encoder.model)
     assert json.loads((out / "spladekit.json").read_text())["rescale"]["mode"] == "untie"
 
     vectors_dir = tmp_path / "vectors"
-    result = spladekit("encode", out, "--corpus", corpus, "--output", vectors_dir, "--batch-size", "2")
+    result = cli("encode", out, "--corpus", corpus, "--output", vectors_dir, "--batch-size", "2")
     assert result.returncode == 0, result.stderr
     loaded = Vectors.load(vectors_dir)
     vectors = loaded.matrix
@@ -56,13 +52,13 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus):
     assert abs(vectors - expected).max() < 1e-5
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers
 
-    again = spladekit("encode", out, "--corpus", corpus, "--output", vectors_dir)
+    again = cli("encode", out, "--corpus", corpus, "--output", vectors_dir)
     assert again.returncode == 2 and "already exists" in again.stderr
 
 
 @pytest.mark.parametrize("arch, expected", [("bert", "untie"), ("modernbert", "tied")])  # positions table or rotary
-def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path):
-    result = spladekit("rescale", tiny_model_dirs[arch], "--k", "8", "--mode", "auto", "--output", tmp_path / "r", "--json")
+def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path, cli):
+    result = cli("rescale", tiny_model_dirs[arch], "--k", "8", "--mode", "auto", "--output", tmp_path / "r", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["mode"] == expected
     assert json.loads((tmp_path / "r" / "spladekit.json").read_text())["rescale"]["mode"] == expected
@@ -79,20 +75,20 @@ def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path):
         ('{"_id": "a", "text": "x"}\n\n{"_id": "b\\nc", "text": "y"}\n', "corpus.jsonl:3: field '_id' 'b\\nc' contains whitespace"),
     ],
 )
-def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_path, content, needle):
+def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_path, content, needle, cli):
     bad = tmp_path / "corpus.jsonl"
     bad.write_text(content)
-    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", bad, "--output", tmp_path / "out")
+    result = cli("encode", tiny_model_dirs["bert"], "--corpus", bad, "--output", tmp_path / "out")
     assert result.returncode == 2
     assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_model_paths_and_bad_k(tmp_path, tiny_model_dirs, corpus):
-    result = spladekit("encode", tmp_path / "nope", "--corpus", corpus, "--output", tmp_path / "o")
+def test_bad_model_paths_and_bad_k(tmp_path, tiny_model_dirs, corpus, cli):
+    result = cli("encode", tmp_path / "nope", "--corpus", corpus, "--output", tmp_path / "o")
     assert result.returncode == 2 and "no such model folder" in result.stderr
-    result = spladekit("rescale", tiny_model_dirs["bert"], "--k", "0", "--output", tmp_path / "r")
+    result = cli("rescale", tiny_model_dirs["bert"], "--k", "0", "--output", tmp_path / "r")
     assert result.returncode == 2 and "positive finite" in result.stderr and not (tmp_path / "r").exists()
 
 
@@ -137,11 +133,11 @@ def test_every_command_that_writes_an_output_has_overwrite():
             assert "--overwrite" in options, name
 
 
-def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respected(tiny_model_dirs, tmp_path):
+def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respected(tiny_model_dirs, tmp_path, cli):
     model = tiny_model_dirs["bert"]
     report = tmp_path / "report.json"
     report.write_text("keep")
-    result = spladekit("diagnose", model, "--output", report)
+    result = cli("diagnose", model, "--output", report)
     assert result.returncode == 2 and "already exists" in result.stderr and "--overwrite" in result.stderr
     assert report.read_text() == "keep"
     result = subprocess.run([sys.executable, "-m", "spladekit", "diagnose", str(model), "--output", str(report),
@@ -150,38 +146,38 @@ def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respecte
     assert json.loads(report.read_text())["architecture"] == "BertForMaskedLM"
     assert stat.S_IMODE(report.stat().st_mode) == 0o664  # not mkstemp's 0600
     (tmp_path / "folder.json").mkdir()
-    result = spladekit("diagnose", model, "--output", tmp_path / "folder.json", "--overwrite")
+    result = cli("diagnose", model, "--output", tmp_path / "folder.json", "--overwrite")
     assert result.returncode == 2 and "is a folder" in result.stderr and "Traceback" not in result.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_unwritable_output_fails_at_once_as_one_line(tiny_model_dirs, tmp_path, corpus):
+def test_unwritable_output_fails_at_once_as_one_line(tiny_model_dirs, tmp_path, corpus, cli):
     (tmp_path / "a-file").write_text("x")
-    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "a-file" / "vectors")
+    result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "a-file" / "vectors")
     assert result.returncode == 2, result.stderr
     assert "a parent is a file" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    result = spladekit("rescale", tiny_model_dirs["bert"], "--k", "2", "--output", tmp_path / "a-file")
+    result = cli("rescale", tiny_model_dirs["bert"], "--k", "2", "--output", tmp_path / "a-file")
     assert result.returncode == 2 and "a file is in the way" in result.stderr
     assert (tmp_path / "a-file").read_text() == "x"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_read_only_output_folder_fails_at_once(tiny_model_dirs, tmp_path, corpus):
+def test_read_only_output_folder_fails_at_once(tiny_model_dirs, tmp_path, corpus, cli):
     (tmp_path / "ro").mkdir(mode=0o555)
-    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "ro" / "vectors")
+    result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "ro" / "vectors")
     assert result.returncode == 2 and "permission denied" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_model_dirs, tmp_path, corpus):
+def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_model_dirs, tmp_path, corpus, cli):
     from spladekit.atomic import open_output
 
     target = tmp_path / "vectors"
     with open_output(target, folder=True) as first:  # the first writer, still encoding
-        result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target)
+        result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target)
         assert result.returncode == 2 and "is writing this output" in result.stderr
         (first.staging / "mine").write_text("mine")
     assert [p.name for p in target.iterdir()] == ["mine"]
-    result = spladekit("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target, "--overwrite")
+    result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert Vectors.load(target).ids == ["d1", "d2", "d3"] and not (target / "mine").exists()

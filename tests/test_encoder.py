@@ -146,11 +146,9 @@ def test_save_refuses_non_finite_weights_and_writes_nothing(tiny_model_dirs, tmp
     assert not (tmp_path / "model").exists() and list(tmp_path.iterdir()) == []
 
 
-def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_dirs, tmp_path):
+def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_dirs, tmp_path, cli):
     import json
     import shutil
-    import subprocess
-    import sys
 
     from spladekit.backbone import vocab_projection
 
@@ -162,8 +160,8 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
     encoder.model.save_pretrained(damaged)  # bypasses SparseEncoder.save's check: a file damaged elsewhere
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
-    result = subprocess.run([sys.executable, "-m", "spladekit", "encode", str(damaged), "--corpus", str(corpus),
-                             "--output", str(tmp_path / "vectors")], capture_output=True, text=True, check=False)
+    result = cli("encode", damaged, "--corpus", corpus,
+                             "--output", tmp_path / "vectors")
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]  # (a progress bar too)
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import ir_measures
@@ -42,9 +40,6 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
 
 
-def spladekit(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True,
-                          env=env)
 
 
 def test_flops_hand_computed():
@@ -174,12 +169,11 @@ def test_evaluation_result_reads_files_written_before_measures_were_recorded():
     assert result.provenance == {"backend": "exact", "k": 1000}
 
 
-def test_cli_evaluate_json_and_table(model_dir, tmp_path):
+def test_cli_evaluate_json_and_table(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
-    env = {**__import__("os").environ, "SPLADEKIT_CACHE": str(tmp_path / "cache")}
     out = tmp_path / "results.json"
-    done = spladekit("evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs",
-                     "--output", out, env=env)
+    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs",
+                     "--output", out)
     assert done.returncode == 0, done.stderr
     assert "mini" in done.stdout and "nDCG@10" in done.stdout and "flops" in done.stdout  # the table
     results = json.loads(out.read_text())
@@ -187,54 +181,54 @@ def test_cli_evaluate_json_and_table(model_dir, tmp_path):
         assert key in results
     assert (tmp_path / "runs" / "mini.trec").is_file()
     assert results["run"] == str(tmp_path / "runs" / "mini.trec")  # the final path, not the staging one
-    missing = spladekit("evaluate", model_dir, "--data", folder, "--split", "dev", "--json", env=env)
+    missing = cli("evaluate", model_dir, "--data", folder, "--split", "dev", "--json")
     assert missing.returncode == 2 and "no split 'dev'; available: test" in missing.stderr
 
 
-def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path):
+def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
     collection = load_collection(folder)
     vectors = encoder.encode(collection.corpus.texts, max_length=64, show_progress=False)
     Vectors(vectors, collection.corpus.ids, {"model": str(model_dir)}).save(tmp_path / "vectors")
-    done = spladekit("index", tmp_path / "vectors", "--output", tmp_path / "index", "--backend", "exact", "--json")
+    done = cli("index", tmp_path / "vectors", "--output", tmp_path / "index", "--backend", "exact", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["docs"] == 8
-    done = spladekit("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
+    done = cli("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
                      "--max-length", 64, "--k", 3, "--output", tmp_path / "run.trec")
     assert done.returncode == 0, done.stderr
     run = Run.read(tmp_path / "run.trec")
     assert set(run.scores) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.scores.values())
     again = ("search", tmp_path / "index", "--query-vectors", tmp_path / "vectors", "--k", 2, "--output",
              tmp_path / "run.trec")
-    done = spladekit(*again)  # an existing run file is not replaced silently
+    done = cli(*again)  # an existing run file is not replaced silently
     assert done.returncode == 2 and "already exists" in done.stderr and "--overwrite" in done.stderr
     assert Run.read(tmp_path / "run.trec").scores == run.scores
-    done = spladekit(*again, "--overwrite")
+    done = cli(*again, "--overwrite")
     assert done.returncode == 0, done.stderr
     assert all(len(hits) == 2 for hits in Run.read(tmp_path / "run.trec").scores.values())
 
     other = ExactSearcher.build(sp.random(8, encoder.vocab_size + 5, density=0.3, format="csr", random_state=0))
     other.doc_ids = collection.corpus.ids
     other.save(tmp_path / "other")
-    done = spladekit("search", tmp_path / "other", "--model", model_dir, "--queries", folder / "queries.jsonl",
+    done = cli("search", tmp_path / "other", "--model", model_dir, "--queries", folder / "queries.jsonl",
                      "--output", tmp_path / "run2.trec")
     assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
     assert not (tmp_path / "run2.trec").exists()
 
 
-def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path):
+def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
     (tmp_path / "results.json").write_text("keep")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "old.trec").write_text("keep")
-    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
+    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
     assert done.returncode == 2 and "results.json: output already exists" in done.stderr
-    done = spladekit("evaluate", model_dir, "--data", folder, "--run-dir", tmp_path / "runs")
+    done = cli("evaluate", model_dir, "--data", folder, "--run-dir", tmp_path / "runs")
     assert done.returncode == 2 and "runs: output already exists" in done.stderr
-    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "runs", "--overwrite")
+    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "runs", "--overwrite")
     assert done.returncode == 2 and "is a folder" in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "results.json").read_text() == "keep" and (tmp_path / "runs" / "old.trec").read_text() == "keep"
-    done = spladekit("evaluate", model_dir, "--data", folder, "--max-length", 64, "--output", tmp_path / "results.json",
+    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--output", tmp_path / "results.json",
                      "--run-dir", tmp_path / "runs", "--overwrite")
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "results.json").read_text())["queries"] == 4
@@ -278,11 +272,38 @@ def test_evaluation_result_refuses_values_of_the_wrong_type(change, message):
         EvaluationResult.from_dict(payload, "result.json")
 
 
-def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path):
+def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini", queries={"q1": "capital of france", "q\t2": "a vaccine"})
-    env = {**__import__("os").environ, "SPLADEKIT_CACHE": str(tmp_path / "cache")}
-    done = spladekit("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json", env=env)
+    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
                                                 "whitespace, which a TREC run or qrels line cannot carry"]
     assert not (tmp_path / "results.json").exists()
+
+
+# ----------------------------------------------------------------------------------------- self-hits
+SELF_HIT_DOCS = {"1": ("", "paris is the capital of france"), "2": ("", "capital city of france is paris"),
+                 "3": ("", "cats sleep all day long"), "4": ("", "dogs bark at the postman")}
+SELF_HIT_QUERIES = {"1": "paris is the capital of france", "3": "cats sleep all day long"}
+SELF_HIT_QRELS = {"1": {"2": 1, "1": 1}, "3": {"4": 1}}
+
+
+@pytest.mark.parametrize("name, dropped", [("arguana", True), ("NanoQuoraRetrieval", True), ("cranfield", False)])
+def test_the_querys_own_document_leaves_its_ranking_only_where_the_collection_says_so(encoder, tmp_path, name, dropped):
+    """ArguAna/Quora (queries are corpus documents): as BEIR, the same-id document is not ranked. Cranfield-like
+    numbering (query 1 and document 1 unrelated by construction) keeps it: there it can be truly relevant."""
+    collection = load_collection(write_beir(tmp_path / name, SELF_HIT_DOCS, SELF_HIT_QUERIES, SELF_HIT_QRELS))
+    assert collection.drop_self_hits is dropped
+    result = evaluate(encoder, collection, k=3, run_path=tmp_path / "run.trec", cache=False, show_progress=False)
+    run = Run.read(tmp_path / "run.trec")
+    assert all((query in run.ranking(query)) is not dropped for query in SELF_HIT_QUERIES)
+    assert all(len(run.ranking(query)) == 3 for query in SELF_HIT_QUERIES)  # k others, not k - 1
+    assert result.provenance["self_hits_removed"] == (2 if dropped else None)
+    # the metrics are those of the run as written: ir_measures on it agrees
+    assert result.metrics == pytest.approx(compute_metrics(collection.qrels, run, MEASURES)[0])
+
+
+def test_without_self_hits_keeps_order_and_cuts_to_k():
+    run = Run({"q": {"a": 3.0, "q": 2.0, "b": 1.0, "c": 0.5}, "r": {"a": 1.0}})
+    kept, dropped = run.without_self_hits(2)
+    assert kept.scores == {"q": {"a": 3.0, "b": 1.0}, "r": {"a": 1.0}} and dropped == 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +40,7 @@ def write_sweep(tmp_path: Path, **changes) -> Path:
     return path
 
 
-def test_sweep_then_report_end_to_end(tmp_path, monkeypatch):
+def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     sweep = load_sweep(write_sweep(tmp_path))
     assert [cell.name for cell in plan(sweep)] == ["bert__k1__none", "bert__k8__tied", "roberta-x8__k1__none",
@@ -59,7 +57,7 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch):
     assert trained["spladekit_rescale"]["k"] == 8.0
     assert bert_report["frobenius_norm"] > 0
 
-    result = subprocess.run([sys.executable, "-m", "spladekit", "report", str(output)], capture_output=True, text=True)
+    result = cli("report", output)
     assert result.returncode == 0, result.stderr
     with (output / "results.csv").open() as stream:
         rows = list(csv.DictReader(stream))
@@ -214,10 +212,10 @@ def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
     assert all(seconds is not None and seconds >= 0 for seconds in estimated)
 
 
-def test_paper_config_dry_run_passes_offline():
+def test_paper_config_dry_run_passes_offline(cli):
     config = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
-    result = subprocess.run([sys.executable, "-m", "spladekit", "sweep", str(config), "--output", "unused",
-                             "--dry-run", "--json"], capture_output=True, text=True)
+    result = cli("sweep", config, "--output", "unused",
+                             "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan_ = json.loads(result.stdout)
     assert len(plan_["runs"]) == 7 * (1 + 5 * 1) and plan_["problems"] == []
@@ -237,10 +235,6 @@ def write_finished_run(sweep_dir: Path, name: str = "bert__k8__tied") -> Path:
     (run_dir / "evaluation.json").write_text(json.dumps({"collection": result}))
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in (1, 2, 3)))
     return run_dir
-
-
-def report(sweep_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spladekit", "report", str(sweep_dir)], capture_output=True, text=True)
 
 
 REPORT_DAMAGES = {
@@ -286,19 +280,19 @@ def test_report_on_damaged_run_files_is_an_error_naming_the_file_and_writes_noth
 
 
 @pytest.mark.parametrize("damage", ["run.json garbage", "evaluation.json metric a string"])
-def test_cli_report_on_damaged_run_files_is_one_error_line(tmp_path, damage):
+def test_cli_report_on_damaged_run_files_is_one_error_line(tmp_path, damage, cli):
     sweep_dir = tmp_path / "sweep"
     run_dir = write_finished_run(sweep_dir)
     message = damage_run_file(run_dir, damage)
-    result = report(sweep_dir)
+    result = cli("report", sweep_dir)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {run_dir}/") and message in lines[0], lines
     assert sorted(path.name for path in sweep_dir.iterdir()) == ["runs"]
 
 
-def test_report_of_the_undamaged_stand_in_works(tmp_path):
+def test_report_of_the_undamaged_stand_in_works(tmp_path, cli):
     write_finished_run(tmp_path / "sweep")
-    result = report(tmp_path / "sweep")
+    result = cli("report", tmp_path / "sweep")
     assert result.returncode == 0, result.stderr
     assert "| bert__k8__tied |" in (tmp_path / "sweep" / "results.md").read_text()

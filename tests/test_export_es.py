@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -195,15 +193,15 @@ def test_escape_examples():
     assert escape_feature("##ing") == "##ing"
 
 
-def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path):
+def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path, cli):
     from spladekit.encoder import SparseEncoder
 
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     texts = ["the capital of france is paris.", "u.s. vitamin d"]
     vectors = encoder.encode(texts, show_progress=False)
     Vectors(vectors, ["d1", "d2"], {"model": str(tiny_model_dirs["bert"])}).save(tmp_path / "vectors")
-    result = subprocess.run([sys.executable, "-m", "spladekit", "export", str(tmp_path / "vectors"), "--format",
-                             "opensearch", "--output", str(tmp_path / "os"), "--json"], capture_output=True, text=True)
+    result = cli("export", tmp_path / "vectors", "--format",
+                             "opensearch", "--output", tmp_path / "os", "--json")
     assert result.returncode == 0, result.stderr
     tokens = vocabulary_tokens(tiny_model_dirs["bert"], vectors.shape[1])
     assert tokens[encoder.tokenizer.convert_tokens_to_ids(".")] == "."

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -168,11 +166,10 @@ def test_naver_unsupported_variants_are_refused(tiny_model_dirs, tmp_path, secti
     assert error.value.path == str(root / "config.yaml")
 
 
-def test_cli_export_sentence_transformers(tiny_model_dirs, tmp_path):
+def test_cli_export_sentence_transformers(tiny_model_dirs, tmp_path, cli):
     out = tmp_path / "st"
-    result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "export", str(tiny_model_dirs["bert"]), "--format", "sentence-transformers",
-         "--output", str(out), "--max-length", str(MAX_LENGTH), "--json"], capture_output=True, text=True)
+    result = cli("export", tiny_model_dirs["bert"], "--format", "sentence-transformers",
+         "--output", out, "--max-length", MAX_LENGTH, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["max_length"] == MAX_LENGTH
     expected = spladekit_vectors(tiny_model_dirs["bert"], max_length=MAX_LENGTH)

@@ -167,13 +167,11 @@ def test_a_head_already_holding_nan_is_not_rescaled(tiny_model_dirs):
     assert rescale_record(encoder.model) is None
 
 
-def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_model_dirs, tmp_path):
-    import subprocess
-    import sys
+def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_model_dirs, tmp_path, cli):
 
     output = tmp_path / "rescaled"
-    result = subprocess.run([sys.executable, "-m", "spladekit", "rescale", str(tiny_model_dirs["bert"]), "--k", "1e-36",
-                             "--output", str(output)], capture_output=True, text=True, check=False)
+    result = cli("rescale", tiny_model_dirs["bert"], "--k", "1e-36",
+                             "--output", output)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: dividing the head by 1e-36"), result.stderr

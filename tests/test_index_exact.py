@@ -221,9 +221,7 @@ def test_k_must_be_a_positive_integer(k):
         searcher.search(zipf_matrix(2, 20, 3, seed=13), k=k)
 
 
-def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path):
-    import subprocess
-    import sys
+def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path, cli):
 
     from spladekit.run import Run
     from spladekit.vectors import Vectors
@@ -233,9 +231,8 @@ def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path):
     searcher.doc_ids = [f"d{i}" for i in range(25)]
     searcher.save(tmp_path / "index")
     Vectors(queries, ["q0", "q1", "q2"]).save(tmp_path / "queries")
-    result = subprocess.run([sys.executable, "-m", "spladekit", "search", str(tmp_path / "index"), "--query-vectors",
-                             str(tmp_path / "queries"), "--k", str(10**12), "--output", str(tmp_path / "run.trec")],
-                            capture_output=True, text=True, check=False)
+    result = cli("search", tmp_path / "index", "--query-vectors",
+                             tmp_path / "queries", "--k", 10**12, "--output", tmp_path / "run.trec")
     assert result.returncode == 0, result.stderr
     run = Run.read(tmp_path / "run.trec")
     product = (queries @ documents.T).toarray()

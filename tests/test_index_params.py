@@ -4,8 +4,6 @@ work, command-line strings are typed by the declarations, and the CLI help lists
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,11 +14,6 @@ from spladekit.errors import SpladekitError
 from spladekit.index import BACKENDS, ExactSearcher, SeismicSearcher, build_index
 from spladekit.vectors import Vectors
 from synthetic_sparse import zipf_matrix
-
-
-def spladekit(*args):
-    return subprocess.run([sys.executable, "-m", "spladekit", *map(str, args)], capture_output=True, text=True)
-
 
 BAD_BUILD = [
     ("exact", "query_batch", "-5"), ("exact", "query_batch", "0"), ("exact", "query_batch", "abc"),
@@ -101,34 +94,34 @@ def test_an_explicit_zero_search_parameter_is_used_not_replaced_by_the_index_def
     assert recall({}) < 0.95 < recall({"heap_factor": 0.0})
 
 
-def test_cli_index_refuses_a_bad_parameter_with_one_line_and_writes_nothing(tmp_path):
+def test_cli_index_refuses_a_bad_parameter_with_one_line_and_writes_nothing(tmp_path, cli):
     Vectors(zipf_matrix(20, 50, 5, seed=6), [f"d{i}" for i in range(20)]).save(tmp_path / "vectors")
-    result = spladekit("index", tmp_path / "vectors", "--output", tmp_path / "index", "--param", "query_batch=-5")
+    result = cli("index", tmp_path / "vectors", "--output", tmp_path / "index", "--param", "query_batch=-5")
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: exact parameter query_batch=-5: must be an integer >= 1"]
     assert not (tmp_path / "index").exists() and result.stdout == ""
     # checked before the vectors are read: a missing vectors folder is not what gets reported
-    result = spladekit("index", tmp_path / "missing", "--output", tmp_path / "index", "--backend", "bmp",
+    result = cli("index", tmp_path / "missing", "--output", tmp_path / "index", "--backend", "bmp",
                        "--param", "bsize=0")
     assert result.returncode == 2 and "bsize=0" in result.stderr and not (tmp_path / "index").exists()
 
 
-def test_cli_search_and_evaluate_check_parameters_before_loading_queries_or_models(tmp_path):
+def test_cli_search_and_evaluate_check_parameters_before_loading_queries_or_models(tmp_path, cli):
     searcher = ExactSearcher.build(sp.csr_matrix(np.eye(4, dtype=np.float32)))
     searcher.doc_ids = ["a", "b", "c", "d"]
     searcher.save(tmp_path / "index")
-    result = spladekit("search", tmp_path / "index", "--query-vectors", tmp_path / "missing", "--output",
+    result = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "missing", "--output",
                        tmp_path / "run.trec", "--param", "heap_factor=0.5")
     assert result.returncode == 2 and "exact does not take heap_factor at search time" in result.stderr
     assert not (tmp_path / "run.trec").exists()
-    result = spladekit("evaluate", tmp_path / "no-model", "--data", tmp_path / "no-data", "--backend", "seismic",
+    result = cli("evaluate", tmp_path / "no-model", "--data", tmp_path / "no-data", "--backend", "seismic",
                        "--param", "n_postings=-1")
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: seismic parameter n_postings=-1: must be an integer >= 1"]
 
 
-def test_help_lists_every_declared_parameter():
-    help_text = spladekit("index", "--help").stdout
+def test_help_lists_every_declared_parameter(cli):
+    help_text = cli("index", "--help").stdout
     for searcher in BACKENDS.values():
         assert searcher.name in help_text
         for param in searcher.declared_params:

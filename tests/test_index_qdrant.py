@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -88,14 +86,13 @@ def test_vocabulary_mismatch_is_refused():
     searcher.close()
 
 
-def test_cli_export_qdrant_local_storage(tmp_path):
+def test_cli_export_qdrant_local_storage(tmp_path, cli):
     from spladekit.vectors import Vectors
 
     documents = dyadic(50, 30, 0.2, seed=8)
     Vectors(documents, [f"d{i}" for i in range(50)], {"model": "x"}).save(tmp_path / "vectors")
-    result = subprocess.run([sys.executable, "-m", "spladekit", "export", str(tmp_path / "vectors"), "--format",
-                             "qdrant", "--qdrant-path", str(tmp_path / "qdrant"), "--collection", "docs", "--json"],
-                            capture_output=True, text=True)
+    result = cli("export", tmp_path / "vectors", "--format",
+                             "qdrant", "--qdrant-path", tmp_path / "qdrant", "--collection", "docs", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["points"] == 50
     from qdrant_client import QdrantClient

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -41,12 +39,10 @@ def beir_folder(tmp_path):
     return folder
 
 
-def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
+def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     out = tmp_path / "qs"
-    result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
-         str(beir_folder), "--output", str(out), "--steps", "4", "--json"],
-        capture_output=True, text=True)
+    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data",
+         beir_folder, "--output", out, "--steps", "4", "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     diagnosed = json.loads((out / "diagnose.json").read_text())
@@ -76,24 +72,23 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
     assert "| tinybeir | " in card and "| head norm | initial | final |" in card
 
 
-def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path):
+def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path, cli):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "x").write_text("keep")
-    result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
-         str(beir_folder), "--output", str(tmp_path / "qs"), "--steps", "2"], capture_output=True, text=True)
+    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data",
+         beir_folder, "--output", tmp_path / "qs", "--steps", "2")
     assert result.returncode == 2 and "already exists" in result.stderr
     assert (tmp_path / "qs" / "x").read_text() == "keep"
 
 
-def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_model_dirs, beir_folder, tmp_path):
+def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_model_dirs, beir_folder, tmp_path, cli):
     bad = tmp_path / "bad.tsv"
     bad.write_text("a query without documents\n")  # read by the training, after diagnose.json was written
-    command = [sys.executable, "-m", "spladekit", "quickstart", "--backbone", str(tiny_model_dirs["bert"]), "--data",
-               str(beir_folder), "--output", str(tmp_path / "qs"), "--steps", "2"]
-    failed = subprocess.run(command + ["--triplets", str(bad)], capture_output=True, text=True)
+    command = ["quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--output", tmp_path / "qs",
+               "--steps", "2"]
+    failed = cli(*command, "--triplets", bad)
     assert failed.returncode == 2 and "bad.tsv:1" in failed.stderr, failed.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "tinybeir"]
-    rerun = subprocess.run(command, capture_output=True, text=True)
+    rerun = cli(*command)
     assert rerun.returncode == 0, rerun.stderr
     assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md"}

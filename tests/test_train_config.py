@@ -159,21 +159,21 @@ def test_a_malformed_override_is_one_clear_error(tmp_path, override, message):
     ("- a\n- b\n", [], "is a mapping of sections"),
     (None, ["optimization.lr=["], "the value is not valid YAML"),
 ])
-def test_cli_refuses_bad_values_in_one_line_before_any_work(tmp_path, config_text, overrides, message):
+def test_cli_refuses_bad_values_in_one_line_before_any_work(tmp_path, config_text, overrides, message, cli):
     path = write(tmp_path, MINIMAL) if config_text is None else tmp_path / "config.yaml"
     if config_text is not None:
         path.write_text(config_text)
-    command = [sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")]
+    command = ["train", path, "--output", tmp_path / "run"]
     for override in overrides:
         command += ["--set", override]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    result = cli(*command)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     assert not (tmp_path / "run").exists()
 
 
-def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path):
+def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path, cli):
     """`train` has no --trust-remote-code option: the message names the config key instead."""
     from tiny_models import build_tiny_model
 
@@ -181,8 +181,7 @@ def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path):
     triplets = tmp_path / "triplets.tsv"
     triplets.write_text("a query\ta positive\ta negative\n")
     path = write(tmp_path, {"backbone": {"id": str(model)}, "data": {"path": str(triplets)}})
-    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
-                            capture_output=True, text=True, check=False)
+    result = cli("train", path, "--output", tmp_path / "run")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {model}: this model needs its own (remote) code; set backbone.trust_remote_code: true in the "
@@ -197,10 +196,9 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path):
     assert str(caught.value).startswith(f"{path}:")
 
 
-def test_cli_reports_a_bad_key_in_one_line_and_exits_2(tmp_path):
+def test_cli_reports_a_bad_key_in_one_line_and_exits_2(tmp_path, cli):
     path = write(tmp_path, {**MINIMAL, "optimization": {"stepz": 3}})
-    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
-                            capture_output=True, text=True, check=False)
+    result = cli("train", path, "--output", tmp_path / "run")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {path}: unknown config key 'optimization.stepz' (did you mean 'optimization.steps'?)"]

@@ -246,15 +246,14 @@ def test_a_non_finite_update_stops_at_once_and_no_checkpoint_holds_it(tiny_bert,
     assert not (tmp_path / "nan" / "model").exists()
 
 
-def test_cli_an_overflowing_update_exits_2_in_one_line(tiny_bert, triplets_file, tmp_path):
+def test_cli_an_overflowing_update_exits_2_in_one_line(tiny_bert, triplets_file, tmp_path, cli):
     """lr = 3e38 is a finite number (accepted), but AdamW's first step size (lr / 0.1) overflows float32: a
     traceback before."""
     config = tiny_config(tiny_bert, triplets_file, optimization={"lr": 3e38, "warmup_steps": 0},
                          logging={"checkpoint_every": 1})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()))
-    result = subprocess.run([sys.executable, "-m", "spladekit", "train", str(path), "--output", str(tmp_path / "run")],
-                            capture_output=True, text=True, check=False)
+    result = cli("train", path, "--output", tmp_path / "run")
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr

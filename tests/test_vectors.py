@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -76,11 +74,10 @@ def test_count_mismatch_names_both_files(folder):
 
 
 @pytest.mark.parametrize("damage", ["empty npz", "truncated npz", "ids not strings"])
-def test_cli_index_of_damaged_vectors_is_one_error_line_and_writes_nothing(folder, tmp_path, damage):
+def test_cli_index_of_damaged_vectors_is_one_error_line_and_writes_nothing(folder, tmp_path, damage, cli):
     name, spoil, message = DAMAGES[damage]
     spoil(folder / name)
-    result = subprocess.run([sys.executable, "-m", "spladekit", "index", str(folder), "--output", str(tmp_path / "index")],
-                            capture_output=True, text=True)
+    result = cli("index", folder, "--output", tmp_path / "index")
     assert result.returncode == 2 and "Traceback" not in result.stderr and "Aborted" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {folder / name}: {message}")

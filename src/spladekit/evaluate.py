@@ -188,9 +188,13 @@ def evaluate(
     searcher = build_index(documents.matrix, backend, **backend_params)
     index_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    hits = searcher.search_batches(queries, k=k, show_progress=show_progress)
+    # one hit more where the query's own document is dropped, so k others remain
+    hits = searcher.search_batches(queries, k=k + collection.drop_self_hits, show_progress=show_progress)
     search_seconds = time.perf_counter() - started
     run = Run.from_hits(collection.queries.ids, collection.corpus.ids, hits.doc_indices, hits.scores)
+    self_hits = None
+    if collection.drop_self_hits:
+        run, self_hits = run.without_self_hits(k)
     if run_path is not None:
         run.write(run_path, tag=f"spladekit-{backend}")
     metrics, per_query = compute_metrics(collection.qrels, run, collection.measures)
@@ -212,6 +216,7 @@ def evaluate(
                  "index_seconds": round(index_seconds, 3)},
         provenance={"source": collection.source, **collection.dropped, "backend": backend,
                     "backend_params": searcher.params, "k": k, "max_length": max_length,
+                    "self_hits_removed": self_hits,
                     "pooling": encoder.pooling, "corpus_cached": encode_info["corpus_cached"],
                     "cache_dir": encode_info["cache_dir"],
                     "run": None if run_path is None else str(final_path(run_path))},

@@ -48,6 +48,17 @@ class Run:
             for query_id, hit_rows, hit_scores in zip(query_ids, rows, scores)
         })
 
+    def without_self_hits(self, k: int | None = None) -> tuple[Run, int]:
+        """The run without any document whose id equals its query's id, cut to ``k`` hits per query, and how
+        many such self-hits were dropped (BEIR's ``ignore_identical_ids``; see ``Collection.drop_self_hits``)."""
+        kept: dict[str, dict[str, float]] = {}
+        dropped = 0
+        for query_id, hits in self.scores.items():
+            dropped += query_id in hits
+            others = [(doc_id, score) for doc_id, score in hits.items() if doc_id != query_id]
+            kept[query_id] = dict(others[:k])
+        return Run(kept), dropped
+
     def write(self, path: str | Path, tag: str = "spladekit") -> Path:
         """Write the run as a TREC file, atomically; ranks follow the stored order (best first).
 

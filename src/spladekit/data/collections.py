@@ -35,6 +35,18 @@ logger = logging.getLogger("spladekit")
 
 DEFAULT_MEASURES = ("nDCG@10", "RR@10", "R@1000")
 HF_CONFIGS = ("corpus", "queries", "qrels")
+# Collections whose queries are documents of the corpus: ArguAna (find the counter-argument of an argument)
+# and Quora (find the duplicates of a question). There the query's own document is removed from its
+# ranking, as BEIR (``EvaluateRetrieval.evaluate(ignore_identical_ids=True)``) and naver/splade do; left in,
+# it takes rank 1 and is never relevant. Elsewhere a shared id is a coincidence of numbering (CISI,
+# Cranfield and Vaswani number queries and documents from 1 each) and that document can be truly relevant.
+SELF_HIT_COLLECTIONS = ("arguana", "quora")
+
+
+def drops_self_hits(identity: str) -> bool:
+    """Whether a collection named or identified by ``identity`` (folder name, ir_datasets or HF id) is one
+    whose query's own document is removed from its ranking (see ``SELF_HIT_COLLECTIONS``)."""
+    return any(name in identity.lower() for name in SELF_HIT_COLLECTIONS)
 
 
 @dataclass
@@ -48,6 +60,7 @@ class Collection:
     measures: tuple[str, ...] = DEFAULT_MEASURES
     source: str = ""
     dropped: dict[str, int] = field(default_factory=dict)
+    drop_self_hits: bool = False  # remove the document whose id is the query's id from its ranking
 
 
 # ----------------------------------------------------------------------------------------- BEIR folders
@@ -175,7 +188,14 @@ def is_hf_dataset_id(spec: str) -> bool:
 
 
 def load_collection(spec: str | Path, split: str = "test", name: str | None = None) -> Collection:
-    """Load a folder, a Hugging Face dataset id or an ir_datasets id (see the module docstring)."""
+    """Load a folder, a Hugging Face dataset id or an ir_datasets id (see the module docstring); self-hits
+    are dropped for the collections that need it (:func:`drops_self_hits` of its name or id)."""
+    collection = _load_collection(spec, split, name)
+    identity = f"{Path(str(spec)).name} {collection.name}" if Path(spec).is_dir() else f"{spec} {collection.name}"
+    return replace(collection, drop_self_hits=drops_self_hits(identity))
+
+
+def _load_collection(spec: str | Path, split: str, name: str | None) -> Collection:
     path = Path(spec)
     if path.is_dir():
         if (path / "corpus.jsonl").is_file():
