@@ -22,7 +22,7 @@ from collection_files import write_beir
 from spladekit import SparseEncoder
 from spladekit.backbone import vocab_projection
 from spladekit.data.training import load_training_set
-from spladekit.diagnosis import diagnose
+from spladekit.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.errors import SpladekitError
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
@@ -291,22 +291,68 @@ def test_train_checks_a_config_built_in_python(tiny_bert, triplets_file, tmp_pat
 
 def test_collapse_detector_conditions():
     detector = CollapseDetector(vocab_size=100, patience=2)
-    healthy = {"loss": 1.0, "q_nnz": 10, "d_nnz": 20}
+    healthy = {"loss": 1.0, "ranking_loss": 0.9, "uniform_loss": 2.2, "q_nnz": 10, "d_nnz": 20}
     assert detector.update(healthy) is None
     assert detector.update({**healthy, "q_nnz": 0.5}) is None
-    assert detector.update({**healthy, "q_nnz": 0.2}).startswith("vanishing")
+    assert detector.update({**healthy, "q_nnz": 0.2})[0] == "vanishing"
     assert detector.update({**healthy, "q_nnz": 0.1}) is None  # reported once per episode
     assert detector.update({**healthy, "d_nnz": 60}) is None
-    assert detector.update({**healthy, "d_nnz": 70}).startswith("saturation")
+    assert detector.update({**healthy, "d_nnz": 70})[0] == "everything active"
     assert detector.update({**healthy, "loss": 50.0}) is None
-    assert "explosion" in detector.update({**healthy, "loss": 60.0})
+    shape, message = detector.update({**healthy, "loss": 60.0})
+    assert shape == "explosion" and message.startswith("explosion collapse: loss 60")
+    assert detector.update({**healthy, "ranking_loss": 2.19}) is None
+    shape, message = detector.update({**healthy, "ranking_loss": 2.21, "score_spread": 0.001})
+    assert shape == "uniform" and "every candidate scores the same" in message and "score spread 0.001" in message
+    assert detector.update({**healthy, "ranking_loss": 2.2 * 1.03}) is None  # 3 % off: not uniform, streak over
+    # distillation records carry no equal-score loss: never uniform
+    assert all(detector.update({**healthy, "uniform_loss": None, "ranking_loss": 2.2}) is None for _ in range(3))
 
 
-def test_stop_on_collapse(tiny_bert, triplets_file, tmp_path):
-    # the random tiny head activates most of its 160-term vocabulary: saturation
+@pytest.mark.parametrize("history, fires_at", [
+    # the logged InfoNCE ranking losses of two committed runs (9 candidates, ln 9 = 2.1972), first 7 logs
+    ([2.1969, 2.1976, 2.2015, 2.1954, 2.1958, 2.1960, 2.1950], 5),  # tiny__k16__tied: uniform
+    ([0.4268, 0.2563, 0.2587, 0.3104, 0.1745, 0.2221, 0.1502], None),  # tiny__k1__none: healthy
+])
+def test_uniform_collapse_on_the_losses_of_committed_runs(history, fires_at):
+    detector = CollapseDetector(vocab_size=30522)
+    found = [detector.update({"loss": loss, "ranking_loss": loss, "uniform_loss": math.log(9), "q_nnz": 50, "d_nnz": 100})
+             for loss in history]
+    fired = [i + 1 for i, hit in enumerate(found) if hit]
+    assert fired == ([] if fires_at is None else [fires_at])
+
+
+def test_stop_on_collapse_names_the_shape_in_the_message_and_in_metrics(tiny_bert, triplets_file, tmp_path):
+    # the random tiny head activates most of its 160-term vocabulary: everything active
     config = tiny_config(tiny_bert, triplets_file, logging={"stop_on_collapse": True, "collapse_patience": 2})
-    with pytest.raises(TrainingStopped, match="stopped on collapse at step 2: saturation"):
+    with pytest.raises(TrainingStopped, match="stopped on collapse at step 2: everything active collapse"):
         train(config, tmp_path / "collapse")
+    records = read_metrics(tmp_path / "collapse")
+    assert [record.get("collapse") for record in records] == [None, "everything active"]
+
+
+def test_metrics_carry_the_collapse_signals(tiny_bert, triplets_file, tmp_path):
+    run = train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2}), tmp_path / "run")
+    record = read_metrics(run.output)[-1]
+    batch, negatives = 4, 1  # tiny_config
+    assert record["uniform_loss"] == pytest.approx(math.log(batch + negatives))
+    assert record["score_spread"] >= 0 and -1 <= record["doc_similarity"] <= 1
+
+
+HEALTHY_REPORT = {  # the shape of `spladekit diagnose` of a healthy SPLADE model (values illustrative)
+    "architecture": "BertForMaskedLM", "model_type": "bert", "vocab_size": 30522, "hidden_size": 128,
+    "head_param": "cls.predictions.decoder.weight", "tied": True, "frobenius_norm": 250.0, "mean_row_norm": 1.4,
+    "max_row_norm": 3.0, "bias_mean": -0.5, "bias_std": 0.3, "avg_q_nnz": 20.0, "avg_d_nnz": 80.0,
+    "mean_term_weight": 0.8, "max_term_weight": 2.5, "median_pair_score": 15.7, "mean_score": 4.0,
+    "recommended_k": 1.0, "word_position_ratio": 1.64}
+
+
+def test_step0_warnings_name_inflated_scores_and_shrunken_word_embeddings():
+    report = HeadReport(**{**HEALTHY_REPORT, "median_pair_score": 160.0, "recommended_k": 8.0})
+    assert [w.split(" ")[:3] for w in step0_warnings(report)] == [["initial", "median", "pair"]]
+    report = HeadReport(**{**HEALTHY_REPORT, "word_position_ratio": 0.1})
+    assert step0_warnings(report)[0].startswith("input word embeddings are 0.10× the position embeddings")
+    assert step0_warnings(HeadReport(**HEALTHY_REPORT)) == []
 
 
 def test_resume_refuses_a_different_config(tiny_bert, triplets_file, tmp_path):

@@ -44,6 +44,7 @@ from transformers import get_linear_schedule_with_warmup
 from spladekit.atomic import InPlace, check_new_output, open_in_place
 from spladekit.backbone import remote_code_hint
 from spladekit.data.training import Example, TrainingSet, load_training_set
+from spladekit.diagnosis import diagnose, step0_warnings
 from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
 from spladekit.evaluate import evaluate_data
@@ -102,11 +103,23 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Spa
     (query, positive) pairs of the training data)."""
     backbone, setting = config.backbone, config.rescale
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
-    groups = training_set.groups[: setting.auto_pairs]
-    pairs = [(training_set.queries[g.query], training_set.documents[g.positive]) for g in groups]
-    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias, pairs=pairs,
-                             max_length=config.data.doc_max_length)
+    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
+                             pairs=sample_pairs(training_set, setting.auto_pairs), max_length=config.data.doc_max_length)
     return apply_rescale(encoder, record), record
+
+
+def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
+    """The first ``count`` (query, positive) text pairs of the training data (auto-k and step-0 checks)."""
+    return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
+
+
+def warn_at_step_zero(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet) -> list[str]:
+    """Log :func:`spladekit.diagnosis.step0_warnings` for the head training starts from."""
+    report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
+    warnings = step0_warnings(report)
+    for warning in warnings:
+        logger.warning("step 0: %s", warning)
+    return warnings
 
 
 def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
@@ -196,8 +209,21 @@ def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.
     total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
     with torch.no_grad():
         parts = {"ranking_loss": ranking, "reg_q": reg_q, "reg_d": reg_d, "flops_q": flops(q), "flops_d": flops(docs),
-                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean()}
-    return total, {name: float(value.detach()) for name, value in parts.items()}
+                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean(),
+                 **collapse_signals(q, p, n, docs)}
+    values = {name: float(value.detach()) for name, value in parts.items()}
+    # InfoNCE over B in-batch positives + K own negatives, all scores equal: -log(1 / (B + K))
+    return total, values | {"uniform_loss": math.log(q.shape[0] + n.shape[1]) if config.loss.name == "infonce" else None}
+
+
+def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a uniform collapse looks like (see ``monitors.CollapseDetector``): the spread of each query's
+    in-batch candidate scores, and how alike the documents' vectors are (mean cosine of distinct pairs)."""
+    scores = torch.cat([q @ p.T, torch.einsum("bv,bkv->bk", q, n)], dim=1)
+    unit = torch.nn.functional.normalize(docs, dim=1)
+    pairs = docs.shape[0] * (docs.shape[0] - 1)
+    similarity = ((unit @ unit.T).sum() - (unit * unit).sum()) / max(pairs, 1)
+    return {"score_spread": scores.std(dim=1).mean(), "doc_similarity": similarity}
 
 
 def forward_backward(encoder: SparseEncoder, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
@@ -309,6 +335,8 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
         encoder, rescaling = initial_encoder(config, training_set)
         config = resolved_config(config, rescaling)
         if processes.main:
+            warn_at_step_zero(encoder, config, training_set)
+        if processes.main:
             if overwrite and place is not None:
                 place.set_aside()  # only now: the config, the data and the backbone are good
             write_run_config(output, config, rescaling)
@@ -363,14 +391,13 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
                 record = {"step": step, "loss": loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
                           "head_norm": head_norms(encoder.model)["frobenius_norm"], "grad_norm": grad_norm, "lr": lr,
                           "examples_per_s": opt.batch_size / (time.perf_counter() - began)}
+                found = collapse.update(record)
                 if metrics is not None:
-                    metrics.write(record)
-                reason = collapse.update(record)
-                if reason:
-                    logger.warning("COLLAPSE at step %d: %s", step, reason)
+                    metrics.write(record | ({"collapse": found[0]} if found else {}))
+                if found:
+                    logger.warning("COLLAPSE at step %d: %s", step, found[1])
                     if log.stop_on_collapse:
-                        raise TrainingStopped(f"stopped on collapse at step {step}: {reason} "
-                                              f"(checkpoints kept in {output / 'checkpoints'})")
+                        raise TrainingStopped(f"stopped on collapse at step {step}: {found[1]}. {_last_good(output)}")
             if step % log.checkpoint_every == 0 and step < opt.steps:
                 if processes.main:
                     save_checkpoint(output, step, encoder, optimizer, scheduler, log.keep_checkpoints)

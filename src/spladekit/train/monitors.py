@@ -4,7 +4,11 @@
 ``reg_q`` / ``reg_d`` (the regularizer values), ``flops_q`` / ``flops_d`` (FLOPS of the batch, whatever
 the regularizer), ``lambda_q`` / ``lambda_d``, ``q_nnz`` / ``d_nnz`` (average active dimensions),
 ``head_norm`` (Frobenius norm of the vocabulary projection), ``grad_norm`` (before clipping), ``lr``,
-``examples_per_s``.
+``examples_per_s``; for the collapse detector ``uniform_loss`` (the ranking loss when every candidate
+scores the same: ``ln(candidates)`` for InfoNCE, null for distillation), ``score_spread`` (mean over
+queries of the standard deviation of their in-batch candidate scores), ``doc_similarity`` (mean cosine
+between different documents of the batch), and ``collapse`` (the shape's name) on the log where one is
+declared.
 """
 
 from __future__ import annotations
@@ -73,39 +77,55 @@ class MetricsLog:
         self.stream.close()
 
 
+# |ranking loss / loss of equal scores − 1| under this, for `collapse_patience` logs = uniform collapse. On the 34
+# committed mini-reproduction runs (docs/results/mini-repro*/runs, InfoNCE, 9 candidates, a log every 10 steps)
+# it fires at step 50 on the two uniform collapses (tiny k16 tied, MiniLM k64 tied: loss within 0.3 % of ln 9
+# for 20 logs) and never on the 32 others (their longest streak within 2 %: 2 logs).
+UNIFORM_TOLERANCE = 0.02
+
+
 @dataclass
 class CollapseDetector:
-    """Flags the failure modes of SPLADE training (the head-norm collapse of Jang et al., arXiv:2606.18811).
+    """Flags the three collapse shapes of SPLADE training (Jang et al., arXiv:2606.18811), by name:
 
+    * uniform: every candidate scores the same, so the ranking loss sits at its equal-score value
+      (InfoNCE: ``ln(candidates)``; ``uniform_loss`` in the record) — over-rescaled heads;
+    * everything active: more than half of the vocabulary active (no sparsity, scores inflated);
     * vanishing: average active dimensions of queries or documents below 1 (everything pruned);
-    * saturation: more than half of the vocabulary active (no sparsity, scores inflated);
     * explosion: loss above ``explosion_factor`` × its lowest logged value.
 
-    A condition must hold for ``patience`` consecutive logs to count; ``update`` returns the reason the
-    first time it does (once per episode: the condition must clear before it is reported again).
+    A condition must hold for ``patience`` consecutive logs to count; ``update`` returns ``(shape,
+    message)`` the first time it does (once per episode: the condition must clear before it is reported again).
     """
 
     vocab_size: int
     patience: int = 5
     explosion_factor: float = 10.0
+    uniform_tolerance: float = UNIFORM_TOLERANCE
     lowest_loss: float = math.inf
     streaks: dict = field(default_factory=dict)
 
-    def update(self, record: dict) -> str | None:
+    def update(self, record: dict) -> tuple[str, str] | None:
         nnz = min(record["q_nnz"], record["d_nnz"]), max(record["q_nnz"], record["d_nnz"])
+        equal_scores = record.get("uniform_loss")
+        uniform = bool(equal_scores) and abs(record["ranking_loss"] / equal_scores - 1) < self.uniform_tolerance
         conditions = {
-            "vanishing": (nnz[0] < 1, f"average active dimensions fell to {nnz[0]:.2f}"),
-            "saturation": (nnz[1] > self.vocab_size / 2,
-                           f"{nnz[1]:.0f} of {self.vocab_size} dimensions active (> 50 % of the vocabulary)"),
+            "uniform": (uniform, lambda: f"ranking loss {record['ranking_loss']:.4f} ≈ {equal_scores:.4f}, its value when "
+                        f"every candidate scores the same (score spread {record.get('score_spread', math.nan):.3g}, "
+                        f"document cosine {record.get('doc_similarity', math.nan):.3f})"),
+            "everything active": (nnz[1] > self.vocab_size / 2, lambda: f"{nnz[1]:.0f} of {self.vocab_size} dimensions "
+                                  "active (> 50 % of the vocabulary)"),
+            "vanishing": (nnz[0] < 1, lambda: f"average active dimensions fell to {nnz[0]:.2f}"),
             "explosion": (record["loss"] > self.explosion_factor * self.lowest_loss and record["loss"] > 0,
-                          f"loss {record['loss']:.4g} > {self.explosion_factor:g} × its lowest {self.lowest_loss:.4g}"),
+                          lambda: f"loss {record['loss']:.4g} > {self.explosion_factor:g} × its lowest {self.lowest_loss:.4g}"),
         }
         self.lowest_loss = min(self.lowest_loss, record["loss"])
+        found = None
         for name, (holds, message) in conditions.items():
             self.streaks[name] = self.streaks.get(name, 0) + 1 if holds else 0
-            if self.streaks[name] == self.patience:
-                return f"{name}: {message} for {self.streaks[name]} consecutive logs"
-        return None
+            if self.streaks[name] == self.patience and found is None:
+                found = (name, f"{name} collapse: {message()} for {self.streaks[name]} consecutive logs")
+        return found
 
 
 PLOTS = {
