@@ -145,14 +145,15 @@ def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_P
 
 
 
-def step0_warnings(report: HeadReport) -> list[str]:
+def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[str]:
     """What, before the first step, predicts a collapse (logged by ``train`` on the head it starts from):
 
     * scores far above a healthy SPLADE model's (median pair score > ``AUTO_K_TOLERANCE`` × the reference):
       the ranking loss saturates at once and the FLOPS term then fights it;
     * input word embeddings smaller than the position embeddings (``word_position_ratio`` < 1, what tied
       rescaling by a large k does to BERT-style models): on splade-tiny, k = 16 tied (ratio 0.10) then
-      trains into a uniform collapse (docs/results/mini-repro.md), which untie mode avoids."""
+      trains into a uniform collapse (docs/results/mini-repro.md), which untie mode avoids. ``embeddings_warned``:
+      :func:`spladekit.head.rescale` has just said so, as it does when its own tied rescaling causes it."""
     warnings = []
     score = report.median_pair_score
     if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:
@@ -160,7 +161,7 @@ def step0_warnings(report: HeadReport) -> list[str]:
                         f"model's ({REFERENCE_PAIR_SCORE:g}): the ranking loss will saturate; rescale.k=auto would "
                         f"pick k = {report.recommended_k:g}")
     ratio = report.word_position_ratio
-    if ratio is not None and ratio < 1:
+    if ratio is not None and ratio < 1 and not embeddings_warned:
         warnings.append(f"input word embeddings are {ratio:.2f}× the position embeddings (median row norms): positions "
                         "outweigh words, the road to a uniform collapse; rescale.mode=untie leaves the input embeddings whole")
     return warnings

@@ -113,10 +113,11 @@ def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]
     return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
 
 
-def warn_at_step_zero(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet) -> list[str]:
+def warn_at_step_zero(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet,
+                      rescaling: RescaleRecord) -> list[str]:
     """Log :func:`spladekit.diagnosis.step0_warnings` for the head training starts from."""
     report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
-    warnings = step0_warnings(report)
+    warnings = step0_warnings(report, embeddings_warned=rescaling.mode == "tied")
     for warning in warnings:
         logger.warning("step 0: %s", warning)
     return warnings
@@ -335,7 +336,7 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
         encoder, rescaling = initial_encoder(config, training_set)
         config = resolved_config(config, rescaling)
         if processes.main:
-            warn_at_step_zero(encoder, config, training_set)
+            warn_at_step_zero(encoder, config, training_set, rescaling)
         if processes.main:
             if overwrite and place is not None:
                 place.set_aside()  # only now: the config, the data and the backbone are good
