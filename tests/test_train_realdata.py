@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,24 @@ def test_fine_tune_splade_tiny_on_scifact(tmp_path):
     assert sorted(p.name for p in (output / "plots").iterdir()) == ["head_norm.png", "lambda.png", "loss.png", "nnz.png"]
     vectors = SparseEncoder.from_pretrained(output / "model").encode(["vitamin d and bone health"], show_progress=False)
     assert 0 < vectors.nnz < 200
+
+
+@pytest.mark.parametrize("k, collapses", [(16, True), (1, False)])
+def test_over_rescaled_splade_tiny_stops_on_a_uniform_collapse_within_60_steps(tmp_path, caplog, k, collapses):
+    """The recipe of configs/train-example.yaml (batch 8, 1 negative, lr 5e-5, λ 1e-3): at k = 16 tied the
+    loss sits at ln 9 and the run stops at step 50 naming the uniform collapse; at k = 1 nothing is said."""
+    from spladekit.train import TrainingStopped, load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "train-example.yaml", [
+        f"backbone.id={shared_path('models', 'splade-tiny-msmarco')}",
+        f"data.path={shared_path('data', 'scifact', 'triplets-train.tsv')}",
+        "optimization.steps=60", f"rescale.k={k}", "rescale.mode=tied", "logging.stop_on_collapse=true",
+        "logging.progress=false", "logging.plots=false", "logging.checkpoint_every=20"])
+    if collapses:
+        with pytest.raises(TrainingStopped, match=r"stopped on collapse at step 50: uniform collapse: ranking loss 2\.19"):
+            train(config, tmp_path / "run")
+        assert read_metrics(tmp_path / "run")[-1]["collapse"] == "uniform"
+        assert any("step 0: " not in r.message and "shrinks the input word embeddings" in r.message for r in caplog.records)
+    else:
+        train(config, tmp_path / "run")
+        assert not [r.message for r in caplog.records if "COLLAPSE" in r.message or "step 0:" in r.message]
