@@ -245,22 +245,23 @@ blockquote { margin: .5em 0; padding: .5em 1em; background: #f5f5f7; border-left
 """
 
 
-def _chart(rows: Sequence[tuple[str, float, bool]], kind: str) -> str:
-    """Horizontal bars, each ``(label, value, emphasised)``, scaled to the largest value."""
+def _chart(rows: Sequence[tuple[str, float, bool, str]], kind: str) -> str:
+    """Horizontal bars, each ``(label, value, emphasised, tooltip)``, scaled to the largest value."""
     if not rows:
         return '<p class="meta">no active terms</p>'
-    largest = max(value for _, value, _ in rows) or 1.0
+    largest = max(value for _, value, _, _ in rows) or 1.0
     cells = []
-    for label, value, emphasised in rows:
+    for label, value, emphasised, tooltip in rows:
         width = 100.0 * value / largest
         cells.append(f'<div class="term{" shared" if emphasised else ""}">{html.escape(label)}</div>'
-                     f'<div class="track"><div class="bar" style="width:{width:.1f}%"></div></div>'
-                     f'<div class="value">{value:.3f}</div>')
+                     f'<div class="track" title="{html.escape(tooltip)}"><div class="bar" style="width:{width:.1f}%">'
+                     f'</div></div><div class="value">{value:.3f}</div>')
     return f'<div class="chart {kind}">' + "".join(cells) + "</div>"
 
 
 def _text_section(explanation: TextExplanation, top: int, title: str, shared: AbstractSet[int] = frozenset()) -> str:
-    rows = [(term.term, term.weight, term.id in shared) for term in explanation.terms[:top]]
+    rows = [(term.term, term.weight, term.id in shared, f"{term.token} (id {term.id})")
+            for term in explanation.terms[:top]]
     return (f"<section class=\"{explanation.side}\"><h2>{html.escape(title)}</h2>"
             f"<p class=\"meta\">{explanation.nnz} active terms; top {len(rows)} shown"
             f"{'; bold: shared with the other side' if shared else ''}</p>"
@@ -277,7 +278,8 @@ def html_page(explanation: TextExplanation | PairExplanation, top: int = DEFAULT
     if isinstance(explanation, PairExplanation):
         summary = explanation.to_dict(top)
         shared = {item.id for item in explanation.contributions}
-        rows = [(item.term, item.contribution, False) for item in explanation.contributions[:top]]
+        rows = [(item.term, item.contribution, False, f"q_v {item.query_weight:.3f} × d_v {item.document_weight:.3f}")
+                for item in explanation.contributions[:top]]
         parts += [
             f'<p class="score">score {explanation.score:.4f} = Σ<sub>v</sub> q<sub>v</sub>·d<sub>v</sub> over '
             f"{len(explanation.contributions)} shared terms</p>",
