@@ -199,9 +199,9 @@ def terminal_table(explanation: TextExplanation | PairExplanation, top: int = DE
     if isinstance(explanation, PairExplanation):
         shown = explanation.contributions[:top]
         summary = explanation.to_dict(top)
-        table = Table(title=Text(f"score {explanation.score:.4f} = Σ q_v·d_v over {len(explanation.contributions)} "
-                                 f"shared terms (query nnz {explanation.query.nnz}, document nnz "
-                                 f"{explanation.document.nnz})"))
+        headline = (f"score {explanation.score:.4f} = Σ q_v·d_v over {len(explanation.contributions)} shared terms "
+                    f"(query nnz {explanation.query.nnz}, document nnz {explanation.document.nnz})")
+        table = Table()
         for column in ("#", "term", "q_v", "d_v", "q_v·d_v", "share"):
             table.add_column(column, justify="left" if column == "term" else "right")
         for rank, item in enumerate(shown, start=1):
@@ -211,7 +211,8 @@ def terminal_table(explanation: TextExplanation | PairExplanation, top: int = DE
         footer = (f"top {len(shown)} of {len(explanation.contributions)} shared terms: "
                   f"{summary['shown_score']:.4f} of the score")
     else:
-        table = Table(title=Text(f"{explanation.side} vector: {explanation.nnz} active terms"))
+        headline = f"{explanation.side} vector: {explanation.nnz} active terms"
+        table = Table()
         for column in ("#", "term", "id", "weight", ""):
             table.add_column(column, justify="left" if column in ("term", "") else "right")
         heaviest = explanation.terms[0].weight if explanation.terms else 1.0
@@ -221,6 +222,7 @@ def terminal_table(explanation: TextExplanation | PairExplanation, top: int = DE
         footer = f"top {min(top, explanation.nnz)} of {explanation.nnz} terms"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None)
+    console.print(Text(headline))  # above the table, not its title: a title wraps to the table's width
     console.print(table)
     console.print(Text(footer))
     return buffer.getvalue().rstrip()
