@@ -148,7 +148,7 @@ class PairExplanation:
 
 def explain_vector(tokenizer: Any, row: sp.csr_matrix, text: str, side: str) -> TextExplanation:
     """The active terms of one encoded vector (a 1 × V CSR row), heaviest first."""
-    row = sp.csr_matrix(row)
+    row = sp.csr_matrix(row, copy=True)  # eliminate_zeros works in place: leave the caller's matrix alone
     row.eliminate_zeros()
     order = best_first(row.indices, row.data)
     ids, weights = row.indices[order], row.data[order]

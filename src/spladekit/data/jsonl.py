@@ -69,7 +69,7 @@ def read_document(path: str | Path, doc_id: str, id_field: str = "_id", text_fie
     up to its line; an id that no line has is an :class:`InputError` naming the file."""
     path = Path(path)
     for number, record in json_records(numbered_lines(path), path):
-        if isinstance(record, dict) and record.get(id_field) == doc_id:
+        if isinstance(record, dict) and str(record.get(id_field)) == doc_id:  # ids may be JSON numbers
             return corpus_from_records([(number, record)], path, id_field=id_field, text_field=text_field).texts[0]
     raise InputError(f"no document with id {doc_id!r}", path)
 
