@@ -7,6 +7,7 @@ import json
 import pytest
 
 from spladekit.data import read_corpus, read_texts, read_triplets
+from spladekit.data.jsonl import read_document
 from spladekit.errors import InputError
 
 
@@ -20,6 +21,17 @@ def test_reads_ids_and_title_plus_text(tmp_path):
     path = write(tmp_path, "c.jsonl", '{"_id": "a", "title": "T", "text": "body"}\n\n{"_id": 7, "text": "x"}\n')
     corpus = read_corpus(path)
     assert corpus.ids == ["a", "7"] and corpus.texts == ["T body", "x"]
+
+
+def test_read_document_finds_one_document_by_id(tmp_path):
+    path = write(tmp_path, "c.jsonl", '{"_id": "a", "title": "T", "text": "body"}\n{"_id": 7, "text": "x"}\n{oops\n')
+    assert read_document(path, "a") == "T body"
+    assert read_document(path, "7") == "x"  # read up to its line only: the broken line 3 is not reached
+    with pytest.raises(InputError, match="c.jsonl:3: not valid JSON"):
+        read_document(path, "b")
+    path.write_text('{"_id": "a", "text": "x"}\n')
+    with pytest.raises(InputError, match="no document with id 'b'"):
+        read_document(path, "b")
 
 
 @pytest.mark.parametrize(

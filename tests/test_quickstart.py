@@ -9,6 +9,7 @@ import pytest
 from spladekit.data.collections import load_collection
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
+from spladekit.run import Run
 
 DOCS = {
     "d1": "paris is the capital city of france on the river seine",
@@ -70,6 +71,15 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     card = (model / "README.md").read_text()
     assert "## Training recipe" in card and "| steps | 4 |" in card
     assert "| tinybeir | " in card and "| head norm | initial | final |" in card
+    # the explain view of three sample queries against their top document of the trained model's run
+    run = Run.read(out / "run.trec")
+    explained = json.loads((out / "explain" / "summary.json").read_text())
+    assert [record["query_id"] for record in explained] == ["q1", "q2", "q3"]
+    for record in explained:
+        assert record["doc_id"] == run.ranking(record["query_id"])[0]
+        assert record["score"] == pytest.approx(run.scores[record["query_id"]][record["doc_id"]], rel=1e-4)
+        assert (out / "explain" / record["page"]).read_text().startswith("<!DOCTYPE html>")
+    assert "(query-q1.html)" in (out / "explain" / "summary.md").read_text()
 
 
 def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path, cli):
@@ -91,4 +101,5 @@ def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "tinybeir"]
     rerun = cli(*command)
     assert rerun.returncode == 0, rerun.stderr
-    assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md"}
+    assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md",
+                                                      "run.trec", "explain"}

@@ -8,7 +8,10 @@ choosing short-run settings. Output folder:
 * ``train/``         the training run (``model/``, ``metrics.jsonl``, ``config.yaml`` with the resolved k,
                      ``plots/``, ``checkpoints/``), the model card listing recipe and evaluation;
 * ``summary.json``   both evaluations (backbone as is vs. trained) and the settings;
-* ``summary.md``     the same as a markdown table.
+* ``summary.md``     the same as a markdown table;
+* ``run.trec``       the trained model's run on the split;
+* ``explain/``       why three sample queries retrieve their top document: ``query-<id>.html`` pages and
+                     ``summary.md`` / ``summary.json`` (``spladekit.explain.explain_run``).
 
 The folder is written as a whole: everything goes into a staging folder beside it, renamed to the
 output's name only when the last file is written (``spladekit.atomic.open_output``). A run that fails
@@ -28,9 +31,11 @@ from spladekit.diagnosis import diagnose
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
 from spladekit.evaluation_result import EvaluationResult
+from spladekit.explain import explain_run
 from spladekit.head import head_norms
 from spladekit.model_card import write_model_card
 from spladekit.rescaling import RescaleRecord, apply_rescale
+from spladekit.run import Run
 from spladekit.train import load_config, train
 
 SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
@@ -105,7 +110,9 @@ def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, tripl
     run = train(settings, output / "train")
     initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
     trained = SparseEncoder.from_pretrained(run.model, trust_remote_code=trust_remote_code)
-    after = evaluate(trained, collection, cache=False, show_progress=show_progress)
+    after = evaluate(trained, collection, cache=False, show_progress=show_progress, run_path=output / "run.trec")
+    explain_run(trained, collection, Run.read(output / "run.trec"), output / "explain",
+                model_name=str(final_path(run.model)))
 
     resolved = run.config
     recipe = {"loss": resolved.loss.name, "regularizer": resolved.regularizer.name,

@@ -3,6 +3,7 @@
 from spladekit.cli import (
     core,  # noqa: F401  (registers diagnose, rescale, encode)
     experiments,  # noqa: F401
+    explain,  # noqa: F401
     export,  # noqa: F401
     quickstart,  # noqa: F401
     retrieval,  # noqa: F401

@@ -64,6 +64,16 @@ def corpus_from_records(
     return Corpus(ids, texts)
 
 
+def read_document(path: str | Path, doc_id: str, id_field: str = "_id", text_field: str = "text") -> str:
+    """The text of document ``doc_id`` of a JSONL corpus (title + text, as :func:`read_corpus`), reading only
+    up to its line; an id that no line has is an :class:`InputError` naming the file."""
+    path = Path(path)
+    for number, record in json_records(numbered_lines(path), path):
+        if isinstance(record, dict) and str(record.get(id_field)) == doc_id:  # ids may be JSON numbers
+            return corpus_from_records([(number, record)], path, id_field=id_field, text_field=text_field).texts[0]
+    raise InputError(f"no document with id {doc_id!r}", path)
+
+
 def read_texts(path: str | Path) -> list[str]:
     """Texts from a JSONL corpus (``.jsonl``) or a plain file with one text per line."""
     path = Path(path)
