@@ -7,9 +7,9 @@ primary key ``row`` (INT64, the document row, so hits come back as rows), a ``SP
 field with a ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (score = Σ_v q_v·d_v), and, when ids are given,
 ``doc_id`` (VARCHAR). Milvus Lite 3.2 scores exactly (term-at-a-time accumulation, ``TAAT_NAIVE``; it
 refuses ``drop_ratio_search`` ≠ 0); a server's inverted index defaults to ``DAAT_MAXSCORE`` (rank-safe
-pruning) with ``drop_ratio_search`` = 0, and spladekit passes no search parameter. Engines order equal scores their own way: spladekit orders them by lower
-row, resolving a tie at the k-th place by asking for more hits (:mod:`spladekit.index.engine`) up to
-Milvus's limit of 16,384 hits per query.
+pruning) with ``drop_ratio_search`` = 0, and spladekit passes no search parameter. Engines order equal
+scores their own way: spladekit orders them by lower row, resolving a tie at the k-th place by asking for
+more hits (:mod:`spladekit.index.engine`) up to Milvus's limit of 16,384 hits per query.
 
 Saved index (``save``): for a server, only the connection (uri, collection, field; never the token); for
 Milvus Lite, the document matrix (``documents.npz``, scipy, no pickle) from which ``load`` rebuilds the
