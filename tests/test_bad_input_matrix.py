@@ -121,6 +121,10 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                       "--output", t / "OUT"], "vectors.npz"),
     ("index-negative-param", lambda t, w: ["index", w["vectors"], "--param", "query_batch=-5", "--output", t / "OUT"],
      "query_batch"),
+    ("index-milvus-bad-param", lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "batch_size=bad",
+                                             "--output", t / "OUT"], "milvus parameter batch_size=bad"),
+    ("index-milvus-local-uri", lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "uri=./x.db",
+                                             "--output", t / "OUT"], "must be a Milvus server URL"),
     ("index-unknown-backend", lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
      "unknown backend"),
     # search

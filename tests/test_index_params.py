@@ -28,6 +28,8 @@ BAD_BUILD = [
     ("bmp", "beta", "-inf"), ("bmp", "beta", "1e999"), ("bmp", "bogus", "1"),
     ("qdrant", "batch_size", "0"), ("qdrant", "collection", ""), ("qdrant", "recreate", "2"),
     ("qdrant", "bogus", "1"),
+    ("milvus", "batch_size", "0"), ("milvus", "collection", ""), ("milvus", "recreate", "2"), ("milvus", "uri", "./x.db"),
+    ("milvus", "uri", "localhost:19530"), ("milvus", "bogus", "1"),
 ]
 
 

@@ -5,8 +5,10 @@ cluster with ``url=``. ``path=`` keeps the collection in qdrant-client's own loc
 of memory. Point ids are the document row numbers, so results come back as row numbers directly; the
 document id (when given) is in the payload as ``doc_id``. Qdrant scores sparse vectors by the exact dot
 product; spladekit orders equal scores by lower row and, when a tie straddles the k-th place, asks for
-more hits until it is resolved, so the top-k equals brute-force ``Q @ D.T`` over the documents sharing a
-term with the query (score > 0), like the ``exact`` backend.
+more hits until it is resolved (:mod:`spladekit.index.engine`), so the top-k equals brute-force
+``Q @ D.T`` over the documents sharing a term with the query (score > 0), like the ``exact`` backend.
+Local and server mode run the same code; only the client's constructor differs. A server that cannot be
+reached, or refuses the key, is one error line.
 
 Saved index (``save``): for a server, only the connection (url, collection, vector name; never the API
 key: set ``QDRANT_API_KEY``); in local mode, the document matrix (``documents.npz``, scipy, no pickle) from
@@ -26,8 +28,8 @@ import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.engine import engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param
-from spladekit.vectors_ops import best_first
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -47,11 +49,20 @@ def _qdrant() -> ModuleType:
     return qdrant_client
 
 
+def _errors() -> tuple[type[BaseException], ...]:
+    """qdrant-client's failures: unreachable server (ResponseHandlingException), error status (UnexpectedResponse)."""
+    exceptions = _qdrant().http.exceptions
+    return (exceptions.ResponseHandlingException, exceptions.UnexpectedResponse)
+
+
 def connect(url: str | None = None, api_key: str | None = None, path: str | Path | None = None) -> QdrantClient:
-    """A Qdrant client: server at ``url``, local storage at ``path``, else embedded in memory."""
+    """A Qdrant client: server at ``url`` (API key: ``api_key`` or ``$QDRANT_API_KEY``), local storage at
+    ``path``, else embedded in memory."""
     qdrant_client = _qdrant()
     if url is not None:
-        return qdrant_client.QdrantClient(url=url, api_key=api_key or os.environ.get(API_KEY_VARIABLE))
+        # no version handshake: an unreachable server is reported by the first request, as one line
+        return qdrant_client.QdrantClient(url=url, api_key=api_key or os.environ.get(API_KEY_VARIABLE),
+                                          check_compatibility=False)
     if path is not None:
         return qdrant_client.QdrantClient(path=str(path))
     return qdrant_client.QdrantClient(":memory:")
@@ -81,6 +92,7 @@ class QdrantSearcher(Searcher):
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
         self.collection, self.vector_name, self.url = params["collection"], params["vector_name"], params["url"]
+        self.where = self.url or "embedded"
         self.params = params
         self.documents = documents  # kept in local mode only, to save the index without Qdrant's pickles
 
@@ -105,8 +117,9 @@ class QdrantSearcher(Searcher):
         searcher = cls(connect(url, api_key, path), documents.shape[1], documents.shape[0], params,
                        documents=None if url is not None else documents)
         searcher.doc_ids = doc_ids
-        searcher._create_collection(params["recreate"])
-        searcher._upload(documents, params["batch_size"])
+        with engine_errors("Qdrant", searcher.where, _errors()):
+            searcher._create_collection(params["recreate"])
+            searcher._upload(documents, params["batch_size"])
         return searcher
 
     def _create_collection(self, recreate: bool) -> None:
@@ -134,41 +147,25 @@ class QdrantSearcher(Searcher):
         self.client.upload_points(self.collection, points, batch_size=batch_size, wait=True)
 
     # ------------------------------------------------------------------ searching
-    def _query(self, models: ModuleType, queries: sp.csr_matrix, rows: list[int],
-               limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query row: the hits with a positive score as (document rows, scores), best first."""
+    def _query(self, queries: sp.csr_matrix, rows: list[int], limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per query row: the engine's hits as (document rows, scores)."""
+        models = _qdrant().models
         requests = [
             models.QueryRequest(query=_sparse(models, queries, row), using=self.vector_name, limit=limit,
                                 with_payload=False)
             for row in rows
         ]
-        ranked = []
-        for response in self.client.query_batch_points(self.collection, requests=requests):
-            points = [point for point in response.points if point.score > 0]
-            found = np.array([int(point.id) for point in points], dtype=np.int64)
-            scores = np.array([point.score for point in points], dtype=np.float64)
-            order = best_first(found, scores)
-            ranked.append((found[order], scores[order]))
-        return ranked
+        return [(np.array([int(point.id) for point in response.points], dtype=np.int64),
+                 np.array([point.score for point in response.points], dtype=np.float64))
+                for response in self.client.query_batch_points(self.collection, requests=requests)]
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""
         self.check_params(params, "search")  # Qdrant's exact search has no parameters: refuse any, clearly
         k = self.result_size(k)
-        models = _qdrant().models
         queries = self.check_queries(queries)
-        hits = [(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32))] * queries.shape[0]
-        pending = [row for row in range(queries.shape[0]) if queries.indptr[row + 1] > queries.indptr[row]]
-        limit = k
-        while pending:
-            unresolved = []
-            for row, (found, scores) in zip(pending, self._query(models, queries, pending, limit)):
-                # a full answer whose last score equals the k-th may hide an equal-score lower row
-                if len(found) == limit and scores[-1] == scores[k - 1]:
-                    unresolved.append(row)
-                hits[row] = (found[:k], scores[:k].astype(np.float32))
-            pending, limit = unresolved, limit * 2
-        return SearchResult.from_hits(hits, k)
+        with engine_errors("Qdrant", self.where, _errors()):
+            return tie_resolved_top_k(lambda rows, limit: self._query(queries, rows, limit), queries, k, self.n_docs)
 
     # ------------------------------------------------------------------ persistence
     def write_files(self, folder: Path) -> None:
@@ -185,8 +182,9 @@ class QdrantSearcher(Searcher):
         params = cls.defaults() | manifest["params"]
         if params["url"]:
             client = connect(params["url"])
-            if not client.collection_exists(params["collection"]):
-                raise SpladekitError(f"{params['url']}: Qdrant collection {params['collection']!r} not found")
+            with engine_errors("Qdrant", params["url"], _errors()):
+                if not client.collection_exists(params["collection"]):
+                    raise SpladekitError(f"Qdrant at {params['url']}: collection {params['collection']!r} not found")
             return cls(client, manifest["vocab_size"], manifest["n_docs"], params)
         documents = sp.load_npz(folder / DOCUMENTS_FILE).tocsr()
         return cls.build(documents, collection=params["collection"], vector_name=params["vector_name"])

@@ -1,0 +1,73 @@
+"""Backends side by side on one real collection, in one run: effectiveness, build and search time.
+
+The corpus is encoded once (``spladekit.evaluate``'s cache under ``$SPLADEKIT_CACHE``: the first backend
+encodes it, the others read it back), then every backend is evaluated through ``spladekit.evaluate`` with
+the same vectors: index build seconds, search ms per query (all queries, ``search_batches``), nDCG@10,
+RR@10 and recall@k, and how many queries' top-10 equal the first backend's (the reference: ``exact``).
+
+    SPLADEKIT_CACHE=/tmp/bench/cache nice -n 10 python benchmarks/backends_scifact.py \\
+        --model ../shared/models/splade-tiny-msmarco --data ../shared/data/scifact --split test \\
+        --max-length 256 --backends exact,seismic,milvus --k 100 --json /tmp/bench/backends.json
+
+Speed is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from spladekit.encoder import SparseEncoder
+from spladekit.evaluate import evaluate_data
+from spladekit.index import backend_class
+from spladekit.run import Run
+
+
+def top10_agreement(reference: Run, other: Run) -> int:
+    """Queries whose 10 best documents (ids, in rank order) are the same in both runs."""
+    return sum(reference.ranking(query)[:10] == other.ranking(query)[:10] for query in reference.scores)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--backends", default="exact,seismic,milvus", help="comma-separated; the first is the reference")
+    parser.add_argument("--k", type=int, default=100, help="documents per query")
+    parser.add_argument("--runs", type=Path, default=Path("backend-runs"), help="folder for the TREC runs")
+    parser.add_argument("--json", type=Path, help="write the table as JSON here")
+    args = parser.parse_args()
+
+    backends = args.backends.split(",")
+    for backend in backends:
+        backend_class(backend)  # an unknown name fails before the encoding
+    encoder = SparseEncoder.from_pretrained(args.model, max_length=args.max_length)
+    rows, runs = [], {}
+    for backend in backends:
+        result = evaluate_data(encoder, args.data, split=args.split, backend=backend, k=args.k,
+                               max_length=args.max_length, run_dir=args.runs / backend)
+        runs[backend] = Run.read(result.provenance["run"])
+        rows.append({"backend": backend, "params": result.provenance["backend_params"],
+                     "corpus_cached": result.provenance["corpus_cached"], **result.metrics,
+                     "build_seconds": result.timings["index_seconds"],
+                     "search_ms_per_query": round(result.efficiency["search_ms_per_query"], 3),
+                     "top10_equal_to_reference": top10_agreement(runs[backends[0]], runs[backend]),
+                     "queries": result.efficiency["queries"], "docs": result.efficiency["docs"]})
+        print(json.dumps(rows[-1]), flush=True)
+    measures = [name for name in rows[0] if "@" in name and int(name.split("@")[1]) <= args.k]  # R@1000 needs k=1000
+    print(f"\n| backend | {' | '.join(measures)} | build (s) | search ms/query | top-10 = {backends[0]} |")
+    print("|---|" + "---:|" * (len(measures) + 3))
+    for row in rows:
+        print(f"| {row['backend']} | " + " | ".join(f"{row[name]:.4f}" for name in measures)
+              + f" | {row['build_seconds']:.2f} | {row['search_ms_per_query']:.2f} | "
+              f"{row['top10_equal_to_reference']}/{row['queries']} |")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(), "args": vars(args)}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
