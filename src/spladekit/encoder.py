@@ -337,7 +337,8 @@ class SparseEncoder(nn.Module):
                      show_progress: bool, max_active_dims: int | None, ids: Sequence[str] | None) -> sp.csr_matrix:
         check_max_active_dims(max_active_dims)  # before any encoding
         vectors = self.encode(texts, batch_size=batch_size, max_length=self.side_max_length(side, max_length),
-                              show_progress=show_progress, description=f"encoding {side}s", ids=ids)
+                              show_progress=show_progress,
+                              description="encoding queries" if side == "query" else "encoding documents", ids=ids)
         return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
