@@ -115,6 +115,10 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
      "empty corpus"),
     ("encode-unknown-pooling", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--pooling", "avg",
                                              "--output", t / "OUT"], "unknown pooling"),
+    ("encode-unknown-side", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--side", "passage",
+                                          "--output", t / "OUT"], "unknown side 'passage'"),
+    ("encode-max-active-dims-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
+                                                  "--max-active-dims", "0", "--output", t / "OUT"], "max_active_dims"),
     # index
     ("index-not-vectors", lambda t, w: ["index", w["beir"], "--output", t / "OUT"], "not a spladekit vectors folder"),
     ("index-empty-npz", lambda t, w: ["index", damaged_copy(w["vectors"], t / "bad", lambda f: (f / "vectors.npz").write_bytes(b"")),
@@ -127,6 +131,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                              "--output", t / "OUT"], "must be a Milvus server URL"),
     ("index-unknown-backend", lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
      "unknown backend"),
+    ("index-max-active-dims-negative", lambda t, w: ["index", w["vectors"], "--max-active-dims", "-2", "--output", t / "OUT"],
+     "max_active_dims must be a whole number >= 1, got -2"),
     # search
     ("search-not-an-index", lambda t, w: ["search", w["vectors"], "--query-vectors", w["vectors"], "--output", t / "OUT.trec"],
      "not a spladekit index folder"),
@@ -142,6 +148,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "--output", t / "OUT.json"], "test.tsv:2:"),
     ("evaluate-bad-param", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--param", "query_batch=abc",
                                          "--output", t / "OUT.json"], "query_batch"),
+    ("evaluate-max-active-dims-zero", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--max-active-dims", "0",
+                                                    "--output", t / "OUT.json"], "max_active_dims"),
     # train
     ("train-yaml-syntax", lambda t, w: ["train", write(t / "bad" / "c.yaml", "backbone: [unclosed\n"), "--output", t / "OUT"],
      "c.yaml:"),

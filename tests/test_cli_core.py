@@ -181,3 +181,45 @@ def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_mo
     result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert Vectors.load(target).ids == ["d1", "d2", "d3"] and not (target / "mine").exists()
+
+
+def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli):
+    import numpy as np
+
+    from spladekit.vectors_ops import keep_top_weights
+
+    model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=4).save(
+        tmp_path / "model")
+    encoder = SparseEncoder.from_pretrained(model)
+    texts = ["France paris is the capital", "a cat sat", "vitamin d and bone pain"]
+
+    done = cli("encode", model, "--corpus", corpus, "--output", tmp_path / "documents")
+    assert done.returncode == 0, done.stderr
+    documents = Vectors.load(tmp_path / "documents")
+    assert documents.meta["side"] == "document" and documents.meta["max_length"] == 64
+    assert documents.meta["max_active_dims"] is None
+    np.testing.assert_allclose(documents.matrix.toarray(), encoder.encode_document(texts, show_progress=False).toarray(),
+                               atol=1e-6)
+
+    done = cli("encode", model, "--corpus", corpus, "--side", "query", "--output", tmp_path / "queries")
+    assert done.returncode == 0, done.stderr
+    queries = Vectors.load(tmp_path / "queries")
+    assert queries.meta["side"] == "query" and queries.meta["max_length"] == 4  # the model's query limit
+    np.testing.assert_allclose(queries.matrix.toarray(), encoder.encode(texts, max_length=4, show_progress=False).toarray(),
+                               atol=1e-6)
+    assert (queries.matrix != documents.matrix).nnz > 0
+
+    done = cli("encode", model, "--corpus", corpus, "--side", "query", "--max-length", 16, "--max-active-dims", 2,
+               "--output", tmp_path / "pruned", "--json")
+    assert done.returncode == 0, done.stderr
+    pruned = Vectors.load(tmp_path / "pruned")
+    assert pruned.meta["max_length"] == 16 and pruned.meta["max_active_dims"] == 2
+    assert json.loads(done.stdout)["avg_nnz"] == 2
+    expected = keep_top_weights(encoder.encode(texts, max_length=16, show_progress=False), 2)
+    np.testing.assert_allclose(pruned.matrix.toarray(), expected.toarray(), atol=1e-6)
+
+    for bad, message in ((["--side", "passage"], "unknown side 'passage'; choose one of query, document"),
+                         (["--max-active-dims", 0], "max_active_dims must be a whole number >= 1, got 0")):
+        done = cli("encode", model, "--corpus", corpus, *bad, "--output", tmp_path / "bad")
+        assert done.returncode == 2 and done.stderr.strip() == f"error: {message}", done.stderr
+        assert not (tmp_path / "bad").exists()

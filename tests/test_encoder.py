@@ -80,9 +80,67 @@ def test_max_length_truncates(tiny_model_dirs):
     assert (full != short).nnz > 0
 
 
+def test_encode_query_and_encode_document_differ_only_by_their_max_length(tiny_model_dirs):
+    long_text = " ".join(["cat"] * 50 + ["france"])
+    texts = [long_text, *TEXTS]
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=8)
+    assert encoder.side_max_length("query") == 8 and encoder.side_max_length("document") == 64
+    queries = encoder.encode_query(texts, show_progress=False)
+    documents = encoder.encode_document(texts, show_progress=False)
+    np.testing.assert_array_equal(queries.toarray(), encoder.encode(texts, max_length=8, show_progress=False).toarray())
+    np.testing.assert_array_equal(documents.toarray(), encoder.encode(texts, show_progress=False).toarray())
+    assert (queries[0] != documents[0]).nnz > 0  # the long text is truncated on the query side only
+    # an explicit max_length wins on either side: then both sides give the same vectors
+    np.testing.assert_array_equal(encoder.encode_query(texts, max_length=64, show_progress=False).toarray(),
+                                  documents.toarray())
+    # a model that records no query limit encodes queries with its max length, as before the sides existed
+    unrecorded = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64)
+    assert unrecorded.query_max_length is None and unrecorded.side_max_length("query") == 64
+    np.testing.assert_array_equal(unrecorded.encode_query(texts, show_progress=False).toarray(), documents.toarray())
+
+
+def test_query_max_length_is_saved_and_read_back(tiny_model_dirs, tmp_path):
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], query_max_length=12)
+    encoder.save(tmp_path / "model")
+    assert json.loads((tmp_path / "model" / "spladekit.json").read_text())["query_max_length"] == 12
+    assert "(queries: 12)" in (tmp_path / "model" / "README.md").read_text()
+    loaded = SparseEncoder.from_pretrained(tmp_path / "model")
+    assert loaded.query_max_length == 12 and loaded.max_length == encoder.max_length
+    assert SparseEncoder.from_pretrained(tmp_path / "model", query_max_length=20).query_max_length == 20
+    SparseEncoder.from_pretrained(tiny_model_dirs["bert"]).save(tmp_path / "plain")  # none recorded: null
+    assert json.loads((tmp_path / "plain" / "spladekit.json").read_text())["query_max_length"] is None
+    assert SparseEncoder.from_pretrained(tmp_path / "plain").query_max_length is None
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_max_active_dims_keeps_the_k_largest_weights_of_each_vector(tiny_model_dirs, side):
+    from spladekit.vectors_ops import keep_top_weights
+
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    encode = encoder.encode_query if side == "query" else encoder.encode_document
+    full = encode(TEXTS, show_progress=False)
+    assert np.diff(full.indptr).max() > 3  # so that k = 3 prunes something
+    pruned = encode(TEXTS, show_progress=False, max_active_dims=3)
+    assert np.diff(pruned.indptr).max() == 3
+    np.testing.assert_array_equal(pruned.toarray(), keep_top_weights(full, 3).toarray())
+
+
+def test_bad_max_active_dims_or_side_is_refused_before_encoding(tiny_model_dirs):
+    from spladekit.errors import SpladekitError
+
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    encoder.forward = None  # encoding would fail with a TypeError
+    with pytest.raises(SpladekitError, match="max_active_dims must be a whole number >= 1, got 0"):
+        encoder.encode_document(TEXTS, max_active_dims=0, show_progress=False)
+    with pytest.raises(SpladekitError, match="unknown side 'passage'"):
+        encoder.side_max_length("passage")
+
+
 @pytest.mark.parametrize("metadata, message", [
     ({"max_length": "abc"}, "'max_length' must be an integer, got 'abc'"),
     ({"max_length": 0}, "'max_length' must be a positive integer"),
+    ({"query_max_length": "32"}, "'query_max_length' must be an integer, got '32'"),
+    ({"query_max_length": -1}, "'query_max_length' must be a positive integer"),
     ({"backbone": ["a"]}, "'backbone' must be a string, got a JSON list"),
     ([1, 2], "expected a JSON object, got list"),
 ])

@@ -20,6 +20,7 @@ from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import ExactSearcher
 from spladekit.run import Run
 from spladekit.vectors import Vectors
+from spladekit.vectors_ops import keep_top_weights
 from tiny_models import build_tiny_model
 
 MEASURES = ("nDCG@10", "RR@10", "R@1000")
@@ -115,6 +116,51 @@ def test_corpus_encoding_is_cached(encoder, tmp_path, monkeypatch):
     assert second.metrics == first.metrics and second.provenance["cache_dir"].startswith(str(tmp_path / "cache"))
     third = evaluate(encoder, load_collection(folder), max_length=32, show_progress=False)
     assert not third.provenance["corpus_cached"] and encoded[1:] == [8, 4]  # another max length is another entry
+
+
+def test_max_active_dims_prunes_queries_and_documents_after_the_cache(encoder, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    full = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert full.efficiency["avg_d_nnz"] > 3 and full.provenance["max_active_dims"] is None
+    pruned = evaluate(encoder, load_collection(folder), max_length=64, max_active_dims=3, show_progress=False)
+    assert pruned.efficiency["avg_d_nnz"] <= 3 and pruned.efficiency["avg_q_nnz"] <= 3
+    assert pruned.provenance["max_active_dims"] == 3
+    # one cache entry serves every max_active_dims, and it keeps the full vectors
+    assert pruned.provenance["corpus_cached"] and pruned.provenance["cache_dir"] == full.provenance["cache_dir"]
+    assert Vectors.load(pruned.provenance["cache_dir"]).avg_nnz == pytest.approx(full.efficiency["avg_d_nnz"])
+
+    collection = reconcile(load_collection(folder))
+    documents = keep_top_weights(encoder.encode(collection.corpus.texts, max_length=64, show_progress=False), 3)
+    queries = keep_top_weights(encoder.encode(collection.queries.texts, max_length=64, show_progress=False), 3)
+    assert pruned.efficiency["flops"] == pytest.approx(retrieval_flops(queries, documents))
+    hits = ExactSearcher.build(documents).search(queries, k=1000)
+    run = Run.from_hits(collection.queries.ids, collection.corpus.ids, hits.doc_indices, hits.scores)
+    assert pruned.metrics == compute_metrics(collection.qrels, run, MEASURES)[0]
+    with pytest.raises(SpladekitError, match="max_active_dims must be a whole number >= 1, got 0"):
+        evaluate(encoder, load_collection(folder), max_active_dims=0, show_progress=False)
+
+
+def test_queries_use_the_query_limit(model_dir, tmp_path):
+    folder = write_beir(tmp_path / "mini")
+    collection = reconcile(load_collection(folder))
+
+    def q_nnz(max_length):
+        return float(np.diff(encoder.encode(collection.queries.texts, max_length=max_length,
+                                            show_progress=False).indptr).mean())
+
+    encoder = SparseEncoder.from_pretrained(model_dir, max_length=64)
+    assert q_nnz(5) != q_nnz(64)  # 5 tokens truncate the queries
+    default = evaluate(encoder, collection, show_progress=False)  # no query limit recorded: as before the sides
+    assert default.provenance["max_length"] == default.provenance["query_max_length"] == 64
+    assert default.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(64))
+    both = evaluate(encoder, collection, max_length=5, show_progress=False)  # --max-length: both sides
+    assert both.provenance["query_max_length"] == 5 and both.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
+    queries_only = evaluate(encoder, collection, query_max_length=5, show_progress=False)
+    assert queries_only.provenance["max_length"] == 64 and queries_only.provenance["query_max_length"] == 5
+    assert queries_only.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
+    assert queries_only.efficiency["avg_d_nnz"] == pytest.approx(default.efficiency["avg_d_nnz"])
+    recorded = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=5)
+    assert evaluate(recorded, collection, show_progress=False).efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
 
 
 def test_cache_entry_depends_on_the_pooling(model_dir, tmp_path):
@@ -279,6 +325,52 @@ def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(mode
     assert done.stderr.strip().splitlines() == [f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
                                                 "whitespace, which a TREC run or qrels line cannot carry"]
     assert not (tmp_path / "results.json").exists()
+
+
+def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_queries_as_queries(model_dir, tmp_path,
+                                                                                                 cli):
+    from spladekit.index import load_index
+    from spladekit.index.store import read_manifest
+
+    folder = write_beir(tmp_path / "mini")
+    collection = load_collection(folder)
+    model = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=5).save(tmp_path / "model")
+    encoder = SparseEncoder.from_pretrained(model)
+    documents = encoder.encode_document(collection.corpus.texts, show_progress=False)
+    Vectors(documents, collection.corpus.ids, {"model": str(model)}).save(tmp_path / "vectors")
+
+    done = cli("index", tmp_path / "vectors", "--output", tmp_path / "index", "--max-active-dims", 2, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["max_active_dims"] == 2 and json.loads(done.stdout)["postings"] <= 2 * 8
+    assert read_manifest(tmp_path / "index")["meta"]["max_active_dims"] == 2
+    queries = encoder.encode_query(collection.queries.texts, show_progress=False)
+    expected = ExactSearcher.build(keep_top_weights(documents, 2)).search(queries, k=8)
+    found = load_index(tmp_path / "index").search(queries, k=8)
+    np.testing.assert_array_equal(found.doc_indices, expected.doc_indices)
+    done = cli("index", tmp_path / "vectors", "--output", tmp_path / "bad", "--max-active-dims", -1)
+    assert done.returncode == 2 and "max_active_dims must be a whole number >= 1, got -1" in done.stderr
+    assert not (tmp_path / "bad").exists()
+
+    # search --model encodes queries with the query limit: the same run as `encode --side query` vectors
+    done = cli("encode", model, "--corpus", folder / "queries.jsonl", "--side", "query", "--output", tmp_path / "q")
+    assert done.returncode == 0, done.stderr
+    done = cli("search", tmp_path / "index", "--model", model, "--queries", folder / "queries.jsonl",
+               "--output", tmp_path / "model.trec")
+    assert done.returncode == 0, done.stderr
+    done = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "q", "--output", tmp_path / "vectors.trec")
+    assert done.returncode == 0, done.stderr
+    assert Run.read(tmp_path / "model.trec").scores == Run.read(tmp_path / "vectors.trec").scores
+    assert Vectors.load(tmp_path / "q").meta["max_length"] == 5
+
+
+def test_cli_evaluate_max_active_dims(model_dir, tmp_path, cli):
+    folder = write_beir(tmp_path / "mini")
+    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--max-active-dims", 3, "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["max_active_dims"] == 3 and result["avg_d_nnz"] <= 3 and result["avg_q_nnz"] <= 3
+    done = cli("evaluate", model_dir, "--data", folder, "--max-active-dims", 3)
+    assert done.returncode == 0 and "max active dims 3" in done.stdout, done.stderr
 
 
 # ----------------------------------------------------------------------------------------- self-hits

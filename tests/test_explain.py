@@ -84,8 +84,8 @@ class TwoSided:
         self.inner = encoder
         self.calls: list[str] = []
 
-    def encode(self, texts, max_length=None, show_progress=False):
-        self.calls.append("encode")
+    def encode_document(self, texts, max_length=None, show_progress=False):
+        self.calls.append("encode_document")
         return self.inner.encode(texts, max_length=max_length, show_progress=show_progress)
 
     def encode_query(self, texts, max_length=None, show_progress=False):
@@ -93,10 +93,10 @@ class TwoSided:
         return 2 * self.inner.encode(texts, max_length=max_length, show_progress=show_progress)
 
 
-def test_the_query_side_uses_encode_query_when_the_model_has_it(encoder):
+def test_the_query_is_encoded_by_encode_query_and_the_document_by_encode_document(encoder):
     model = TwoSided(encoder)
     pair = explain_pair(model, QUERY, DOCUMENT)  # type: ignore[arg-type]
-    assert model.calls == ["encode_query", "encode"]
+    assert model.calls == ["encode_query", "encode_document"]
     assert pair.score == pytest.approx(2 * explain_pair(encoder, QUERY, DOCUMENT).score, rel=1e-5)
     assert encode_side(encoder, [QUERY], "query").nnz == encoder.encode([QUERY], show_progress=False).nnz
 

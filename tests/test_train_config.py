@@ -97,6 +97,7 @@ def test_bad_configs_name_the_problem(tmp_path, values, overrides, message):
     ("logging.explosion_factor=.nan", "a finite number > 1"),
     ("evaluation.batch_size=0", "an integer >= 1"),
     ("evaluation.max_length=0", "an integer >= 1 or null"),
+    ("evaluation.max_active_dims=0", "an integer >= 1 or null"),
     ("rescale.auto_pairs=0", "an integer >= 1"),
     ("rescale.k=.inf", "a finite number or 'auto' or null"),
     ("seed=-1", "an integer >= 0 and <= 4294967295"),

@@ -194,11 +194,12 @@ def test_auto_mode_unties_when_tied_rescaling_would_let_positions_dominate(k, ex
 def test_evaluation_hook_calls_evaluate_and_leaves_training_unchanged(tiny_bert, triplets_file, tmp_path):
     plain = train(tiny_config(tiny_bert, triplets_file), tmp_path / "plain").output
     collection = write_beir(tmp_path / "collection")
-    evaluated = train(tiny_config(tiny_bert, triplets_file, evaluation={"data": str(collection), "every": 4}),
-                      tmp_path / "evaluated").output
+    evaluation = {"data": str(collection), "every": 4, "max_active_dims": 2}
+    evaluated = train(tiny_config(tiny_bert, triplets_file, evaluation=evaluation), tmp_path / "evaluated").output
     results = read_metrics(evaluated, "evaluation.jsonl")
     assert [r["step"] for r in results] == [4, 6]
     assert all(0.0 <= r["nDCG@10"] <= 1.0 and r["queries"] == 4 for r in results)
+    assert all(r["max_active_dims"] == 2 and r["avg_d_nnz"] <= 2 and r["avg_q_nnz"] <= 2 for r in results)
     assert without_timing(read_metrics(evaluated)) == without_timing(read_metrics(plain))
 
 

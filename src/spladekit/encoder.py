@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,9 +24,13 @@ from spladekit.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, re
 from spladekit.model_card import write_model_card
 from spladekit.pooling import splade_max_pool, splade_max_pool_fused
 from spladekit.vectors import dense_to_csr
+from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
 METADATA_FILE = "spladekit.json"
 DEFAULT_MAX_LENGTH = 256
+# What a text is encoded as: each side has its own token limit (SparseEncoder.side_max_length).
+Side = Literal["query", "document"]
+SIDES: tuple[Side, ...] = ("query", "document")
 # SPLADE max pooling implementations (same values and gradients; see spladekit.pooling).
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
     "fused": splade_max_pool_fused,
@@ -34,14 +39,23 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, t
 }
 
 
+def check_side(side: str) -> Side:
+    """``side`` as a :data:`Side`, or a SpladekitError naming the choices."""
+    for known in SIDES:
+        if side == known:
+            return known
+    raise SpladekitError(f"unknown side {side!r}; choose one of {', '.join(SIDES)}")
+
+
 # spladekit.json values read back, with their JSON types (absent or null: not recorded).
-METADATA_TYPES: dict[str, type | tuple[type, ...]] = {"max_length": int, "backbone": str, "spladekit_version": str,
-                                                      "rescale": dict, "pooling": str}
+METADATA_TYPES: dict[str, type | tuple[type, ...]] = {"max_length": int, "query_max_length": int, "backbone": str,
+                                                      "spladekit_version": str, "rescale": dict, "pooling": str}
 
 
 def read_metadata(folder: Path) -> dict:
     """``spladekit.json`` of a saved model (``{}`` when absent): a JSON object whose known values have their
-    types and a positive ``max_length``; anything else is an :class:`InputError` naming the file."""
+    types and a positive ``max_length`` / ``query_max_length``; anything else is an :class:`InputError` naming
+    the file."""
     path = folder / METADATA_FILE
     if not path.is_file():
         return {}
@@ -49,8 +63,9 @@ def read_metadata(folder: Path) -> dict:
     for key, kinds in METADATA_TYPES.items():
         if metadata.get(key) is not None:
             expect(metadata[key], kinds, f"{key!r}", path)
-    if metadata.get("max_length") is not None and metadata["max_length"] < 1:
-        raise InputError(f"'max_length' must be a positive integer, got {metadata['max_length']}", path)
+    for key in ("max_length", "query_max_length"):
+        if metadata.get(key) is not None and metadata[key] < 1:
+            raise InputError(f"{key!r} must be a positive integer, got {metadata[key]}", path)
     return metadata
 
 
@@ -103,13 +118,16 @@ class NonFiniteVector(SpladekitError):
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
-    ``forward`` returns differentiable B × V vectors (training); ``encode`` returns a CSR matrix
-    (inference, length-sorted batches, ``torch.inference_mode``). ``pooling`` picks the head:
+    ``forward`` returns differentiable B × V vectors (training); ``encode_query`` / ``encode_document``
+    return CSR matrices (inference, length-sorted batches, ``torch.inference_mode``), each side with its own
+    token limit: ``max_length`` for documents (and ``encode``), ``query_max_length`` for queries (``None``:
+    not recorded, queries use ``max_length`` as they always did). ``pooling`` picks the head:
     ``"fused"`` (default: chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
     screens the terms, fp32 recomputes the candidates) or ``"naive"`` (materializes B × L × V logits).
     """
 
-    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused"):
+    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused",
+                 query_max_length: int | None = None):
         super().__init__()
         if pooling not in POOLINGS:
             raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
@@ -120,6 +138,7 @@ class SparseEncoder(nn.Module):
         self.original_backbone = backbone.source  # where a saved spladekit model's training started
         self.fresh_keys = list(backbone.fresh_keys)
         self.max_length = max_length
+        self.query_max_length = query_max_length
         accepted = inspect.signature(self.model.forward).parameters
         self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
 
@@ -135,17 +154,20 @@ class SparseEncoder(nn.Module):
         device: str | None = None,
         max_length: int | None = None,
         pooling: str = "fused",
+        query_max_length: int | None = None,
     ) -> SparseEncoder:
         """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``).
 
-        ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`).
+        ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`). ``max_length`` (document
+        side) and ``query_max_length`` override the token limits the folder records in ``spladekit.json``.
         """
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata = read_metadata(Path(backbone.source))
         check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
         max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
                       or DEFAULT_MAX_LENGTH)
-        encoder = cls(backbone, max_length=max_length, pooling=pooling)
+        encoder = cls(backbone, max_length=max_length, pooling=pooling,
+                      query_max_length=query_max_length or metadata.get("query_max_length"))
         encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
         if rescale_k is not None:
             applied = rescale_record(encoder.model)
@@ -176,6 +198,7 @@ class SparseEncoder(nn.Module):
                 "spladekit_version": __version__,
                 "backbone": self.original_backbone,
                 "max_length": self.max_length,
+                "query_max_length": self.query_max_length,
                 "rescale": rescale_record(self.model),
                 "pooling": "max log(1 + relu(logits)) over non-padding tokens",
             }
@@ -230,7 +253,8 @@ class SparseEncoder(nn.Module):
         description: str = "encoding",
         ids: Sequence[str] | None = None,
     ) -> sp.csr_matrix:
-        """Encode texts to a float32 CSR matrix (rows in input order).
+        """Encode texts to a float32 CSR matrix (rows in input order); ``max_length`` defaults to the document
+        side's limit (:meth:`encode_document` without pruning).
 
         Texts are sorted by token length so each batch pads little; results are put back in order. A text
         whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
@@ -272,6 +296,50 @@ class SparseEncoder(nn.Module):
         result = stacked[inverse]
         result.sort_indices()
         return result.astype(np.float32)
+
+    def side_max_length(self, side: Side, max_length: int | None = None) -> int:
+        """The token limit used to encode ``side``: ``max_length`` when given, else the side's own
+        (documents: ``self.max_length``; queries: ``self.query_max_length``, or ``self.max_length`` when the
+        model records none)."""
+        check_side(side)
+        if max_length:
+            return max_length
+        return (self.query_max_length or self.max_length) if side == "query" else self.max_length
+
+    def encode_query(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
+        """Encode queries (token limit :meth:`side_max_length` ``("query")``) to a float32 CSR matrix; with
+        ``max_active_dims`` only the k largest weights of each vector are kept
+        (:func:`spladekit.vectors_ops.keep_top_weights`)."""
+        return self._encode_side("query", texts, batch_size, max_length, show_progress, max_active_dims, ids)
+
+    def encode_document(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
+        """Encode documents (token limit ``max_length``, else the model's) to a float32 CSR matrix; with
+        ``max_active_dims`` only the k largest weights of each vector are kept."""
+        return self._encode_side("document", texts, batch_size, max_length, show_progress, max_active_dims, ids)
+
+    def _encode_side(self, side: Side, texts: list[str], batch_size: int, max_length: int | None,
+                     show_progress: bool, max_active_dims: int | None, ids: Sequence[str] | None) -> sp.csr_matrix:
+        check_max_active_dims(max_active_dims)  # before any encoding
+        vectors = self.encode(texts, batch_size=batch_size, max_length=self.side_max_length(side, max_length),
+                              show_progress=show_progress,
+                              description="encoding queries" if side == "query" else "encoding documents", ids=ids)
+        return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
         """Readable form of one vector: {token: weight}, heaviest first."""

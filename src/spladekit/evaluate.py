@@ -12,9 +12,14 @@ Efficiency (SPLADE's definitions, Formal et al. 2021):
 * ``avg_q_nnz``, ``avg_d_nnz``: mean number of active terms per query / document;
 * ``encode_docs_seconds``, ``encode_queries_seconds``, ``index_seconds``, ``search_ms_per_query``.
 
+Queries are encoded with ``encode_query`` and documents with ``encode_document``, each side with its own token
+limit. ``max_active_dims`` keeps the k largest weights of every query and document vector
+(``vectors_ops.keep_top_weights``) before indexing and before the efficiency statistics.
+
 Encoded corpora are cached under ``$SPLADEKIT_CACHE`` (default ``~/.cache/spladekit``) in
 ``vectors/<sha256(model hash, corpus hash, max length)>/`` so that re-evaluating the same model on the
-same corpus does not re-encode it. A damaged entry is read through ``Vectors.load`` like any vectors
+same corpus does not re-encode it; the cache holds the full vectors, pruned after reading, so one entry
+serves every ``max_active_dims``. A damaged entry is read through ``Vectors.load`` like any vectors
 folder; it is then ignored with a warning and re-encoded (see :func:`read_cache_entry`).
 """
 
@@ -46,6 +51,7 @@ from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import backend_class, build_index
 from spladekit.run import Run
 from spladekit.vectors import Vectors, nnz_per_row
+from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
 logger = logging.getLogger("spladekit")
 
@@ -132,8 +138,8 @@ def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch
             return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
                             "cache_dir": str(folder)}
     started = time.perf_counter()
-    matrix = encoder.encode(corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress,
-                            ids=corpus.ids)
+    matrix = encoder.encode_document(corpus.texts, batch_size=batch_size, max_length=max_length,
+                                     show_progress=show_progress, ids=corpus.ids)
     seconds = round(time.perf_counter() - started, 3)
     vectors = Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
                                            "encode_seconds": seconds})
@@ -171,21 +177,33 @@ def evaluate(
     cache: bool = True,
     run_path: str | Path | None = None,
     show_progress: bool = True,
+    query_max_length: int | None = None,
+    max_active_dims: int | None = None,
 ) -> EvaluationResult:
     """Evaluate ``encoder`` on one collection: metrics (ir_measures names), per-query values, efficiency.
 
-    ``cache=False`` always re-encodes (use it while training: every checkpoint is a new model).
+    Token limits: ``max_length`` for documents (default: the model's) and, unless ``query_max_length`` is
+    given, for queries too, as before the two sides existed (default: the model's query limit).
+    ``max_active_dims`` prunes queries and documents to their k largest weights. ``cache=False`` always
+    re-encodes (use it while training: every checkpoint is a new model).
     """
     backend_params = backend_class(backend).check_params(backend_params or {})  # before any encoding
+    check_max_active_dims(max_active_dims)
     collection = reconcile(collection)
-    max_length = max_length or encoder.max_length
-    documents, encode_info = encode_corpus(encoder, collection.corpus, max_length, batch_size, cache, show_progress)
+    document_limit = encoder.side_max_length("document", max_length)
+    query_limit = encoder.side_max_length("query", query_max_length or max_length)
+    documents, encode_info = encode_corpus(encoder, collection.corpus, document_limit, batch_size, cache,
+                                           show_progress)
+    document_matrix = documents.matrix
+    if max_active_dims is not None:  # after the cache: it holds the full vectors
+        document_matrix = keep_top_weights(document_matrix, max_active_dims)
     started = time.perf_counter()
-    queries = encoder.encode(collection.queries.texts, batch_size=batch_size, max_length=max_length,
-                             show_progress=show_progress, ids=collection.queries.ids)
+    queries = encoder.encode_query(collection.queries.texts, batch_size=batch_size, max_length=query_limit,
+                                   show_progress=show_progress, max_active_dims=max_active_dims,
+                                   ids=collection.queries.ids)
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    searcher = build_index(documents.matrix, backend, **backend_params)
+    searcher = build_index(document_matrix, backend, **backend_params)
     index_seconds = time.perf_counter() - started
     started = time.perf_counter()
     # one hit more where the query's own document is dropped, so k others remain
@@ -204,9 +222,9 @@ def evaluate(
         metrics=metrics,
         per_query=per_query,
         efficiency={
-            "flops": retrieval_flops(queries, documents.matrix),
+            "flops": retrieval_flops(queries, document_matrix),
             "avg_q_nnz": float(active_per_row(queries).mean()),
-            "avg_d_nnz": float(active_per_row(documents.matrix).mean()),
+            "avg_d_nnz": float(active_per_row(document_matrix).mean()),
             "docs": len(collection.corpus),
             "queries": len(collection.queries),
             "search_ms_per_query": 1000 * search_seconds / len(collection.queries),
@@ -215,7 +233,8 @@ def evaluate(
                  "encode_queries_seconds": round(encode_queries_seconds, 3),
                  "index_seconds": round(index_seconds, 3)},
         provenance={"source": collection.source, **collection.dropped, "backend": backend,
-                    "backend_params": searcher.params, "k": k, "max_length": max_length,
+                    "backend_params": searcher.params, "k": k, "max_length": document_limit,
+                    "query_max_length": query_limit, "max_active_dims": max_active_dims,
                     "self_hits_removed": self_hits,
                     "pooling": encoder.pooling, "corpus_cached": encode_info["corpus_cached"],
                     "cache_dir": encode_info["cache_dir"],
@@ -255,8 +274,12 @@ def results_table(result: EvaluationResult) -> str:
     rows = result.members or {result.name: result}
     first = next(iter(rows.values()))
     provenance = first.provenance
-    table = Table(title=f"{result.name} ({provenance.get('backend')}, k={provenance.get('k')}, "
-                  f"max length {provenance.get('max_length')})")
+    pruned = provenance.get("max_active_dims")
+    lengths = f"max length {provenance.get('max_length')}" + (
+        "" if provenance.get("query_max_length") in (None, provenance.get("max_length"))
+        else f" (queries {provenance['query_max_length']})")
+    table = Table(title=f"{result.name} ({provenance.get('backend')}, k={provenance.get('k')}, {lengths}"
+                  + ("" if pruned is None else f", max active dims {pruned}") + ")")
     for column in ("dataset", *result.measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
         table.add_column(column, justify="left" if column == "dataset" else "right")
 

@@ -35,7 +35,7 @@ class EvaluationResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # measure → query id → value
     efficiency: dict[str, float] = field(default_factory=dict)  # EFFICIENCY_KEYS
     timings: dict[str, float | None] = field(default_factory=dict)  # TIMING_KEYS
-    provenance: dict = field(default_factory=dict)  # source, backend, backend_params, k, max_length, cache…
+    provenance: dict = field(default_factory=dict)  # source, backend, backend_params, k, max lengths, max_active_dims, cache…
     members: dict[str, EvaluationResult] = field(default_factory=dict)  # a suite's collections
 
     @property
@@ -58,7 +58,8 @@ class EvaluationResult:
             metrics={measure: mean(measure, "metrics") for measure in first.measures},
             efficiency={key: mean(key, "efficiency") for key in first.efficiency},
             timings={key: float(sum(part.timings.get(key) or 0.0 for part in parts)) for key in first.timings},
-            provenance={key: first.provenance[key] for key in ("backend", "k", "max_length") if key in first.provenance},
+            provenance={key: first.provenance[key] for key in ("backend", "k", "max_length", "query_max_length", "max_active_dims")
+                        if key in first.provenance},
             members=members,
         )
 

@@ -45,9 +45,9 @@ DEFAULT_TOP = 20
 
 # ----------------------------------------------------------------------------------------- encoding
 def encode_side(model: SparseEncoder, texts: Sequence[str], side: str, max_length: int | None = None) -> sp.csr_matrix:
-    """Encode ``texts`` as queries or documents: the model's ``encode_query`` / ``encode_document`` when it
-    has them (models whose two sides differ), else ``encode`` (one encoder for both sides)."""
-    encode = getattr(model, f"encode_{check_side(side)}", None) or model.encode
+    """Encode ``texts`` as queries (``encode_query``) or documents (``encode_document``), each side with its
+    own token limit unless ``max_length`` is given."""
+    encode = model.encode_query if check_side(side) == "query" else model.encode_document
     return encode(list(texts), max_length=max_length, show_progress=False)
 
 

@@ -51,7 +51,8 @@ def _overview(encoder: SparseEncoder, name: str) -> list[str]:
         ("SPLADE learned-sparse retriever built with spladekit: "
          "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."), "",
         f"- **Backbone:** `{encoder.original_backbone}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
-        f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens",
+        f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens"
+        + ("" if encoder.query_max_length is None else f" (queries: {encoder.query_max_length})"),
         f"- **Head rescaling:** {rescaled}",
     ]
 
@@ -87,7 +88,8 @@ def _usage(folder: Path) -> list[str]:
         "", "## How to load", "",
         "spladekit:", "", "```python", "from spladekit.encoder import SparseEncoder", "",
         f'encoder = SparseEncoder.from_pretrained("{folder}")',
-        'vectors = encoder.encode(["what is splade?"])  # scipy CSR, float32', "```", "",
+        'queries = encoder.encode_query(["what is splade?"])  # scipy CSR, float32',
+        'documents = encoder.encode_document(["SPLADE is a learned sparse retriever."])', "```", "",
         ("sentence-transformers (export first: "
          f"`spladekit export {folder} --format sentence-transformers --output {folder}-st`):"), "",
         "```python", "from sentence_transformers import SparseEncoder", "",

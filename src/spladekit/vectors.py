@@ -97,7 +97,8 @@ class Vectors:
 
 
 # meta.json values that commands read (index, export, the evaluation cache), when present.
-META_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "max_length": int, "encode_seconds": float}
+META_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "max_length": int, "encode_seconds": float,
+                                                  "side": str, "max_active_dims": int}
 
 
 def read_matrix(path: Path) -> sp.csr_matrix:

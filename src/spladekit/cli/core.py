@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -21,6 +21,12 @@ JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON inst
 JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file (must not exist "
                            "unless --overwrite; checked before the work).")
 OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
+
+
+def max_active_dims_option(what: str) -> Any:  # typer.Option's own return type
+    """``--max-active-dims K`` (checked by ``vectors_ops.check_max_active_dims``: a bad K is one error line)."""
+    return typer.Option(None, "--max-active-dims", help=f"Keep only the K largest weights of each {what} vector "
+                        "(ties: the lower term id); K >= 1. Default: keep all.")
 
 
 def _report_text(report: HeadReport) -> str:
@@ -117,26 +123,38 @@ def encode(
     output: Path = typer.Option(..., "--output", "-o", help="Folder to write: vectors.npz (scipy CSR, float32), "
                                 "ids.json (row order), meta.json. Written atomically."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit (default: the model's, else 256)."),
+    side: str = typer.Option("document", help="Encode the texts as documents (default) or as queries: each side "
+                             "has its own token limit (queries: the model's query_max_length when it records one, "
+                             "else its max length)."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit of --side (default: the model's limit "
+                                             "for that side, else 256)."),
+    max_active_dims: Optional[int] = max_active_dims_option("encoded"),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
     pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
                                 "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
-    """Encode a corpus into SPLADE vectors."""
+    """Encode a corpus (documents, or queries with --side query) into SPLADE vectors."""
     from spladekit.data import read_corpus
-    from spladekit.encoder import SparseEncoder
+    from spladekit.encoder import SparseEncoder, check_side
     from spladekit.vectors import Vectors
+    from spladekit.vectors_ops import check_max_active_dims
 
+    checked_side = check_side(side)
+    check_max_active_dims(max_active_dims)
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = read_corpus(corpus)
         encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
+        encode_side = encoder.encode_query if checked_side == "query" else encoder.encode_document
         started = time.perf_counter()
-        matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length, ids=documents.ids)
+        matrix = encode_side(documents.texts, batch_size=batch_size, max_length=max_length,
+                             max_active_dims=max_active_dims, ids=documents.ids)
         seconds = time.perf_counter() - started
         vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
-                                                   "max_length": max_length or encoder.max_length,
+                                                   "side": checked_side,
+                                                   "max_length": encoder.side_max_length(checked_side, max_length),
+                                                   "max_active_dims": max_active_dims,
                                                    "encode_seconds": round(seconds, 3)})
         meta = vectors.meta
         meta |= {"vocab_size": vectors.vocab_size, "documents": len(vectors), "avg_nnz": vectors.avg_nnz}

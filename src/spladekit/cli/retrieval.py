@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
+from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
 from spladekit.errors import SpladekitError
 from spladekit.index import BACKENDS, backend_class
 
@@ -54,24 +54,31 @@ def index(
                                 "version and sha256 per file, backend files, ids.json). Written atomically."),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
+    max_active_dims: Optional[int] = max_active_dims_option("document (pruned before the index is built; "
+                                                            "recorded in the manifest)"),
     overwrite: bool = typer.Option(False, help="Replace an existing index folder (once the new one is complete)."),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
     from spladekit.vectors import Vectors
+    from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
     searcher_class = backend_class(backend)
     params = searcher_class.check_params(parse_params(param))  # before reading the vectors
+    check_max_active_dims(max_active_dims)
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = Vectors.load(vectors)
+        matrix = documents.matrix if max_active_dims is None else keep_top_weights(documents.matrix, max_active_dims)
         started = time.perf_counter()
-        searcher = searcher_class.build(documents.matrix, **params)
+        searcher = searcher_class.build(matrix, **params)
         seconds = time.perf_counter() - started
         searcher.doc_ids = documents.ids
         searcher.save(staged, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
-                                    "max_length": documents.meta.get("max_length")})
+                                    "max_length": documents.meta.get("max_length"),
+                                    "max_active_dims": max_active_dims})
     payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
-               "vocab_size": searcher.vocab_size, "params": searcher.params, "build_seconds": round(seconds, 3)}
+               "vocab_size": searcher.vocab_size, "params": searcher.params, "max_active_dims": max_active_dims,
+               "postings": int(matrix.nnz), "build_seconds": round(seconds, 3)}
     emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
 
 
@@ -85,7 +92,8 @@ def search(
     query_vectors: Optional[Path] = typer.Option(None, help="Pre-encoded queries (a `spladekit encode` folder) "
                                                  "instead of --queries/--model."),
     k: int = typer.Option(1000, min=1, help="Documents per query."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's)."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's query "
+                                             "limit, else its max length)."),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
@@ -117,7 +125,7 @@ def search(
                 raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
                                      f"{searcher.vocab_size}")
             parsed = read_corpus(queries)
-            vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
+            vectors = encoder.encode_query(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
             query_ids = parsed.ids
         started = time.perf_counter()
         result = searcher.search(vectors, k=k, **params)
@@ -144,8 +152,13 @@ def evaluate(
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
     k: int = typer.Option(1000, min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents and queries "
-                                             "(default: the model's, else 256)."),
+    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents, and for queries unless "
+                                             "--query-max-length (default: the model's limit for each side, "
+                                             "else 256)."),
+    query_max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for queries (default: "
+                                                   "--max-length if given, else the model's query limit)."),
+    max_active_dims: Optional[int] = max_active_dims_option("query and document (the cached corpus encoding "
+                                                            "is kept whole and pruned after reading)"),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
                                "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length."),
@@ -160,8 +173,10 @@ def evaluate(
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
     from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data, results_table
+    from spladekit.vectors_ops import check_max_active_dims
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
+    check_max_active_dims(max_active_dims)
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
         raise SpladekitError(f"{output}: --output and --run-dir must differ")
     with opened(output, folder=False, overwrite=overwrite) as staged, \
@@ -169,6 +184,7 @@ def evaluate(
         encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
         result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=staged_runs, backend=backend,
                                backend_params=backend_params, k=k, max_length=max_length,
+                               query_max_length=query_max_length, max_active_dims=max_active_dims,
                                batch_size=batch_size, cache=cache)
         payload = {"model": model, **result.to_dict()}
         write_json(staged, payload)

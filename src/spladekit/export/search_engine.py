@@ -28,8 +28,8 @@ import scipy.sparse as sp
 from spladekit.atomic import atomic_directory, final_path
 from spladekit.errors import SpladekitError
 from spladekit.export.feature_names import escape_feature
-from spladekit.export.weights import prune_top_k, quantize
 from spladekit.foreign_models import resolve_model_folder
+from spladekit.vectors_ops import keep_top_weights, quantize
 
 # engine → accepted field types, the first being the default
 ENGINES = {"opensearch": ("rank_features",), "elasticsearch": ("sparse_vector", "rank_features")}
@@ -102,7 +102,7 @@ def _prepare(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: st
     vectors = vectors.tocsr()
     _check_finite(vectors, ids, tokens, what)
     if top_k is not None:
-        vectors = prune_top_k(vectors, top_k)
+        vectors = keep_top_weights(vectors, top_k)
     if scale is not None:
         vectors = quantize(vectors, scale)
     return vectors

@@ -106,6 +106,7 @@ class EvaluationConfig:
     every: int | None = allowed(None, minimum=1)  # also evaluate every N steps (None: only at the end)
     max_length: int | None = allowed(None, minimum=1)  # token limit (None: data.doc_max_length)
     batch_size: int = allowed(32, minimum=1)
+    max_active_dims: int | None = allowed(None, minimum=1)  # keep the k largest weights per query/document (None: all)
 
 
 @dataclass

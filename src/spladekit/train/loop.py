@@ -276,7 +276,8 @@ def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: 
     setting = config.evaluation
     # called only when evaluation.data is set
     result = evaluate_data(encoder, cast(str, setting.data), split=setting.split, batch_size=setting.batch_size,
-                           max_length=setting.max_length or config.data.doc_max_length, cache=False,
+                           max_length=setting.max_length or config.data.doc_max_length,
+                           max_active_dims=setting.max_active_dims, cache=False,
                            show_progress=False)
     log.write({"step": step, **result.to_dict()})
     logger.info("step %d: evaluation on %s: %s", step, setting.data,
