@@ -103,3 +103,21 @@ def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_m
     assert rerun.returncode == 0, rerun.stderr
     assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md",
                                                       "run.trec", "explain"}
+
+
+def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model_dirs, beir_folder, tmp_path):
+    (beir_folder / "triplets-train.tsv").unlink()
+    (beir_folder / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items()))
+    out = tmp_path / "qs"
+    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--output", out,
+               "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    mined = [line.split("\t") for line in (out / "triplets-train.tsv").read_text().splitlines()]
+    assert len({query for query, _, _ in mined}) == 3  # the others share no word with a document but their positive
+    assert all(DOCS[pos] == positive and negative != positive for text, pos, _ in QUERIES.values()
+               for query, positive, negative in mined if query == text)
+    assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
+    assert "nDCG@10" in summary["after"] and "nDCG@10" in summary["before"]
+    assert f"| triplets | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()

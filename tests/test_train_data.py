@@ -160,3 +160,43 @@ def test_hard_negative_ids_of_the_wrong_type_name_the_line(tmp_path, id_files):
     path.write_text(json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": 2}}) + "\n")
     with pytest.raises(InputError, match=r'hard\.jsonl:1: "neg" must map each system to a list of pids'):
         load_training_set(data)
+
+
+def test_hf_folder_in_the_sentence_transformers_triplet_layout_is_streamed_up_to_the_limit(tmp_path):
+    """A folder of parquet files with the columns of sentence-transformers/msmarco-* ``triplet-50`` configs
+    (query, positive, negative_1…) read as the hub id is: ``load_dataset(…, streaming=True)``."""
+    from datasets import Dataset
+
+    (tmp_path / "st").mkdir()
+    rows = {"query": ["q1", "q2", "q3"], "positive": ["p1", "p2", "p3"], "negative_1": ["a", "b", "c"],
+            "negative_2": ["d", "e", "f"]}
+    Dataset.from_dict(rows).to_parquet(str(tmp_path / "st" / "train-00000-of-00001.parquet"))
+    training = load_training_set(DataConfig(format="hf", path=str(tmp_path / "st"), limit=2))
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("a", "d")), ("q2", "p2", ("b", "e"))]
+
+
+def test_ir_datasets_doc_pairs_are_streamed_and_read_only_up_to_the_limit(monkeypatch):
+    """ir_datasets ``docpairs_iter`` (msmarco-passage/train/triples-small: 39.8M pairs) is consumed lazily: with
+    data.limit = 3 no pair after the third is read, and documents come from the docstore on demand."""
+    import types
+
+    ir_datasets = pytest.importorskip("ir_datasets")
+    read = []
+
+    def pairs():
+        for number in range(1, 10**9):
+            read.append(number)
+            yield types.SimpleNamespace(query_id=f"q{number % 2}", doc_id_a=f"p{number % 2}", doc_id_b=f"n{number}")
+
+    class Store:
+        def get(self, doc_id):
+            return types.SimpleNamespace(text=f"text of {doc_id}")
+
+    dataset = types.SimpleNamespace(has_docpairs=lambda: True, docpairs_iter=pairs, docs_store=Store,
+                                    queries_iter=lambda: iter([types.SimpleNamespace(query_id=q, text=f"query {q}")
+                                                               for q in ("q0", "q1")]))
+    monkeypatch.setattr(ir_datasets, "load", lambda dataset_id: dataset)
+    training = load_training_set(DataConfig(format="ir_datasets", path="msmarco-passage/train/triples-small", limit=3))
+    assert read == [1, 2, 3]
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("n1", "n3")), ("q0", "p0", ("n2",))]
+    assert training.documents["n3"] == "text of n3" and training.queries["q0"] == "query q0"

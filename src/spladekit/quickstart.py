@@ -5,6 +5,8 @@ A thin composition of the pipeline's Python APIs (``diagnosis.diagnose``, ``trai
 choosing short-run settings. Output folder:
 
 * ``diagnose.json``  the untouched backbone's head report (norms, tying, recommended k);
+* ``triplets-train.tsv`` only when no triplets were given or found in the data folder: BM25 triplets
+                     mined from its train split (``spladekit.mining.find_or_mine``);
 * ``train/``         the training run (``model/``, ``metrics.jsonl``, ``config.yaml`` with the resolved k,
                      ``plots/``, ``checkpoints/``), the model card listing recipe and evaluation;
 * ``summary.json``   both evaluations (backbone as is vs. trained) and the settings;
@@ -33,6 +35,7 @@ from spladekit.evaluate import evaluate
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.explain import explain_run
 from spladekit.head import head_norms
+from spladekit.mining import find_or_mine
 from spladekit.model_card import write_model_card
 from spladekit.rescaling import RescaleRecord, apply_rescale
 from spladekit.run import Run
@@ -85,8 +88,9 @@ def quickstart(
     overwrite: bool = False,
     show_progress: bool = False,
 ) -> dict:
-    """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``,
-    default ``data/triplets-train.tsv``; evaluate on ``split``); ``config`` = base training YAML."""
+    """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``, default
+    ``data/triplets-train.tsv``, else BM25 triplets mined from data's train split; evaluate on ``split``);
+    ``config`` = base training YAML."""
     output = Path(output)
     with open_output(output, folder=True, overwrite=overwrite) as opened:
         summary = _quickstart(backbone, data, opened.staging, steps, triplets, split, config, trust_remote_code,
@@ -97,7 +101,7 @@ def quickstart(
 def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, triplets: str | Path | None, split: str,
                 config: str | Path | None, trust_remote_code: bool, show_progress: bool) -> dict:
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
-    triplets = Path(triplets) if triplets is not None else Path(data) / "triplets-train.tsv"
+    triplets = Path(triplets) if triplets is not None else find_or_mine(data, output, show_progress)
     settings = load_config(config, training_overrides(backbone, triplets, steps, trust_remote_code))
     collection = load_collection(data, split)
 
@@ -118,7 +122,7 @@ def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, tripl
     recipe = {"loss": resolved.loss.name, "regularizer": resolved.regularizer.name,
               "lambda_q": resolved.regularizer.lambda_q, "lambda_d": resolved.regularizer.lambda_d,
               "steps": steps, "batch_size": resolved.optimization.batch_size, "lr": resolved.optimization.lr,
-              "triplets": str(triplets), "rescale_k": run.rescale.k, "rescale_mode": run.rescale.mode}
+              "triplets": str(final_path(triplets)), "rescale_k": run.rescale.k, "rescale_mode": run.rescale.mode}
     write_model_card(run.model, trained, training=recipe | {"initial_head_norms": initial_norms},
                      evaluation=[after])
     table = summary_table(before, after, run.rescale, steps)

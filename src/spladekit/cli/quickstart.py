@@ -20,7 +20,8 @@ def quickstart(
                                 "train/ (model, metrics, plots), summary.json and summary.md."),
     steps: int = typer.Option(100, min=1, help="Training steps (batch 8, CPU-friendly)."),
     triplets: Optional[Path] = typer.Option(None, help="Training triplets TSV (query<TAB>positive<TAB>negative…); "
-                                            "default: DATA/triplets-train.tsv."),
+                                            "default: DATA/triplets-train.tsv, else mined from DATA's train split "
+                                            "(BM25, `spladekit mine` defaults) into OUTPUT/triplets-train.tsv."),
     split: str = typer.Option("test", help="Qrels split of DATA to evaluate on."),
     config: Optional[Path] = typer.Option(None, help="Base training YAML (e.g. configs/train-example.yaml); "
                                           "backbone, data, steps and auto-k are set by the quickstart."),

@@ -1,13 +1,15 @@
-"""train: fine-tune a backbone into a SPLADE model from a YAML config."""
+"""train: fine-tune a backbone into a SPLADE model from a YAML config; mine: the training data it reads."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Optional
 
 import typer
 
-from spladekit.cli.app import app
+from spladekit.cli.app import app, emit
+from spladekit.cli.core import JSON_FLAG, TRUST_REMOTE_CODE
 
 
 @app.command()
@@ -34,3 +36,46 @@ def train(
     logging.getLogger("spladekit").setLevel(logging.INFO)
     run_training(settings, output, resume=resume, overwrite=overwrite)
     typer.echo(f"trained {settings.optimization.steps} steps -> {output / 'model'}")
+
+
+@app.command()
+def mine(
+    data: str = typer.Argument(..., help="Collection with a training split: BEIR folder (corpus.jsonl, queries.jsonl, "
+                               "qrels/SPLIT.tsv), ir_datasets id (beir/scifact, msmarco-passage) or HF dataset id."),
+    output: Path = typer.Option(..., "--output", "-o", help="triplets: the TSV file to write; hard_negatives: the "
+                                "folder to write (hard-negatives.jsonl, queries.jsonl, corpus.jsonl, mining.json). "
+                                "Written atomically."),
+    layout: str = typer.Option("triplets", "--format", help="triplets: TSV query<TAB>positive<TAB>negative of texts, "
+                               "one line per negative (data.format: triplets); hard_negatives: the sentence-transformers "
+                               "jsonl {qid, pos, neg: {system: [ids]}} with its queries and documents "
+                               "(data.format: hard_negatives)."),
+    split: str = typer.Option("train", help="Qrels split to mine (an ir_datasets id must have it: ID/SPLIT)."),
+    negatives: int = typer.Option(4, help="Negatives drawn per (query, positive) pair (triplets) or per query "
+                                  "(hard_negatives); fewer when the rank range holds fewer candidates."),
+    rank_range: str = typer.Option("1:30", help="A:B: draw negatives from ranks A to B of the retriever's ranking, "
+                                   "1-based, both included (1:30 = top 30; 10:100 skips the first 9)."),
+    exclude_judged: bool = typer.Option(False, "--exclude-judged", help="Also exclude documents judged not relevant "
+                                        "(relevance <= 0); judged-relevant ones are always excluded."),
+    seed: int = typer.Option(13, help="Seed of the draw (each query's draw depends only on the seed and its position)."),
+    model: Optional[str] = typer.Option(None, help="Mine a SPLADE model's own negatives (folder or hub id; corpus and "
+                                        "queries encoded, exact search) instead of BM25."),
+    k1: float = typer.Option(0.9, help="BM25 k1 (bm25s, Lucene variant)."),
+    b: float = typer.Option(0.4, help="BM25 b."),
+    max_length: Optional[int] = typer.Option(None, help="--model: tokens per text (default: the model's)."),
+    batch_size: int = typer.Option(32, help="--model: texts per encoding batch."),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output (once the new one is complete)."),
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Mine training triplets / hard negatives (BM25 or a SPLADE model) from a collection's train split."""
+    from spladekit.mining import MiningSettings, mine_training_data, parse_rank_range
+
+    settings = MiningSettings(negatives=negatives, rank_range=parse_rank_range(rank_range), exclude_judged=exclude_judged,
+                              seed=seed, k1=k1, b=b, model=model, max_length=max_length, batch_size=batch_size,
+                              trust_remote_code=trust_remote_code)
+    summary = mine_training_data(data, output, layout, settings, split=split, overwrite=overwrite)
+    train_with = " ".join(f"--set {item}" for item in summary.get("train_settings", [f"data.path={output}"]))
+    emit(summary, as_json, None, f"mined {summary['lines']} {'lines' if layout == 'triplets' else 'queries'} "
+         f"({summary['queries']} queries, {summary['pairs']} positive pairs, {summary['system']} ranks "
+         f"{rank_range}) in {summary['seconds']:.1f} s -> {output}\ntrain on it: spladekit train CONFIG --output RUN "
+         f"{train_with}")

@@ -136,7 +136,7 @@ def load_hf_dataset(source: str, name: str | None = None) -> Collection:
 
 
 # ----------------------------------------------------------------------------------------- ir_datasets
-def _ir_dataset_id(dataset_id: str, split: str | None) -> str:
+def resolve_ir_dataset_id(dataset_id: str, split: str | None) -> str:
     import ir_datasets
 
     registered = ir_datasets.registry._registered
@@ -158,7 +158,7 @@ def load_ir_dataset(dataset_id: str, split: str | None = None, name: str | None 
     """Corpus, queries and qrels of an ir_datasets id (downloaded by ir_datasets on first use)."""
     import ir_datasets
 
-    dataset_id = _ir_dataset_id(dataset_id, split)
+    dataset_id = resolve_ir_dataset_id(dataset_id, split)
     dataset = ir_datasets.load(dataset_id)
     for part in ("docs", "queries", "qrels"):
         if not getattr(dataset, f"has_{part}")():

@@ -23,8 +23,9 @@ iterator state, and every process of a distributed run knows the whole batch.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -134,8 +135,9 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
     return texts
 
 
-def merge_groups(rows: list[_Row]) -> list[Group]:
-    """Merge rows sharing (query, positive); negatives keep first-seen order without repeats."""
+def merge_groups(rows: Iterable[_Row]) -> list[Group]:
+    """Merge rows sharing (query, positive); negatives keep first-seen order without repeats. ``rows`` may be a
+    stream: only the merged groups are held, never the rows."""
     merged: dict[tuple[str, str], dict[str, None]] = {}
     for query, positive, negatives in rows:
         merged.setdefault((query, positive), {}).update(dict.fromkeys(negatives))
@@ -222,15 +224,14 @@ def _ir_datasets(data: DataConfig) -> TrainingSet:
     if not dataset.has_docpairs():
         raise InputError("this ir_datasets id has no training doc pairs (try msmarco-passage/train/triples-small)",
                          data.path)
-    rows: list[_Row] = []
-    for pair in dataset.docpairs_iter():
-        if data.limit is not None and len(rows) >= data.limit:
-            break
-        rows.append((pair.query_id, pair.doc_id_a, (pair.doc_id_b,)))
     queries = {query.query_id: query.text for query in dataset.queries_iter()}
-    for number, (qid, _, _) in enumerate(rows, start=1):
-        _check_known(qid, queries, "query", data.path, number)
-    return TrainingSet(merge_groups(rows), queries, _DocStore(dataset.docs_store(), data.path), source=data.path)
+
+    def rows() -> Iterator[_Row]:  # streamed: the pairs are read as they are merged, up to data.limit
+        for number, pair in enumerate(itertools.islice(dataset.docpairs_iter(), data.limit), start=1):
+            _check_known(pair.query_id, queries, "query", data.path, number)
+            yield pair.query_id, pair.doc_id_a, (pair.doc_id_b,)
+
+    return TrainingSet(merge_groups(rows()), queries, _DocStore(dataset.docs_store(), data.path), source=data.path)
 
 
 def _hf(data: DataConfig) -> TrainingSet:
@@ -244,20 +245,20 @@ def _hf(data: DataConfig) -> TrainingSet:
         if builder is None:
             raise InputError("data.format 'hf' reads .jsonl, .json, .csv or .parquet files", path)
         table = datasets.load_dataset(builder, data_files=str(path), split=data.split)
-    else:
-        table = datasets.load_dataset(data.path, data.hf_config, split=data.split)
-    if len(table.column_names) < 3:
-        raise InputError(f"expected columns query, positive, negative…; got {table.column_names}", data.path)
-    rows: list[_Row] = []
-    for number, row in enumerate(table, start=1):
-        if data.limit is not None and len(rows) >= data.limit:
-            break
-        values = [row[name] for name in table.column_names]
-        for name, value in zip(table.column_names, values):
-            if not isinstance(value, str) or not value.strip():
-                raise InputError(f"row {number}: column {name!r} must be a non-empty string", data.path)
-        rows.append((values[0], values[1], tuple(values[2:])))
-    return TrainingSet(merge_groups(rows), _SameText(), _SameText(), source=data.path)
+    else:  # a hub dataset (or a folder of data files) is streamed: rows are read up to data.limit, no full download
+        table = datasets.load_dataset(data.path, data.hf_config, split=data.split, streaming=True)
+
+    def rows() -> Iterator[_Row]:
+        for number, row in enumerate(itertools.islice(table, data.limit), start=1):
+            names = list(row)
+            if len(names) < 3:
+                raise InputError(f"expected columns query, positive, negative…; got {names}", data.path)
+            for name in names:
+                if not isinstance(row[name], str) or not row[name].strip():
+                    raise InputError(f"row {number}: column {name!r} must be a non-empty string", data.path)
+            yield row[names[0]], row[names[1]], tuple(row[name] for name in names[2:])
+
+    return TrainingSet(merge_groups(rows()), _SameText(), _SameText(), source=data.path)
 
 
 LOADERS = {"triplets": _text_triplets, "id_triplets": _id_triplets, "hard_negatives": _hard_negatives,
