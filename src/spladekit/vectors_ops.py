@@ -1,9 +1,11 @@
-"""Two operations on sparse weights that export and the search backends must do identically.
+"""Operations on sparse weights that encoding, indexing, evaluation, export and the search backends must do
+identically.
 
 ``best_first``: the one ordering rule of spladekit (score descending, then lower key first), used for search
 hits (key = document row) and for per-vector pruning (key = term id), so that every backend and every export
-breaks ties the same way. ``quantize``: weights to whole numbers ``round(w × scale)``, for search-engine
-exports (impact indexes) and for BMP's 8-bit impacts.
+breaks ties the same way. ``keep_top_weights``: that rule applied to every row of a CSR matrix at once
+(``max_active_dims``: at encode time, in the index, in evaluation and in exports). ``quantize``: weights to
+whole numbers ``round(w × scale)``, for search-engine exports (impact indexes) and for BMP's 8-bit impacts.
 """
 
 from __future__ import annotations
@@ -25,6 +27,35 @@ def best_first(keys: np.ndarray, scores: np.ndarray, k: int | None = None) -> np
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
         positions = np.flatnonzero(scores >= kth)
     return positions[np.lexsort((keys[positions], -scores[positions]))][:k]
+
+
+def check_max_active_dims(k: int | None) -> None:
+    """``max_active_dims`` is None (no pruning) or a whole number >= 1; anything else is a SpladekitError."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise SpladekitError(f"max_active_dims must be a whole number >= 1, got {k!r}")
+
+
+def keep_top_weights(matrix: sp.spmatrix, k: int) -> sp.csr_matrix:
+    """The ``k`` largest stored weights of every row, the rest dropped (rows with at most ``k`` keep all).
+
+    Ties follow :func:`best_first` (weight descending, then lower term id), so the result is deterministic.
+    Vectorised over the CSR arrays: one ``lexsort`` of (row, -weight, term id) gives each entry its rank in
+    its row, ``rank = position - first position of the row``, and entries with ``rank < k`` are kept (in
+    their original column order).
+    """
+    check_max_active_dims(k)
+    matrix = sp.csr_matrix(matrix, copy=True)  # the input is never modified
+    matrix.sum_duplicates()  # one stored weight per (row, term)
+    lengths = np.diff(matrix.indptr)
+    if not (lengths > k).any():
+        return matrix
+    rows = np.repeat(np.arange(matrix.shape[0]), lengths)
+    order = np.lexsort((matrix.indices, -matrix.data, rows))  # by row, then weight descending, then term id
+    rank = np.empty(matrix.nnz, dtype=np.int64)
+    rank[order] = np.arange(matrix.nnz) - matrix.indptr[rows]  # rows is sorted, so rows[order] == rows
+    keep = rank < k
+    indptr = np.concatenate([[0], np.cumsum(np.minimum(lengths, k))])
+    return sp.csr_matrix((matrix.data[keep], matrix.indices[keep], indptr), shape=matrix.shape, dtype=matrix.dtype)
 
 
 @overload

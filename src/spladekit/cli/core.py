@@ -92,17 +92,18 @@ def rescale(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
-    from spladekit.encoder import SparseEncoder
     from spladekit.head import head_norms, parse_k
+    from spladekit.model_loading import load_model
     from spladekit.rescaling import apply_rescale, resolve_rescale
 
     parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
     with opened(output, folder=True, overwrite=overwrite) as staged:
-        encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+        model = load_model(backbone, trust_remote_code=trust_remote_code)
+        encoder = getattr(model, "document_encoder", model)  # an inference-free model's head is its documents'
         record = resolve_rescale(encoder, k, mode, rescale_bias)
         before = head_norms(encoder.model)
         after = head_norms(apply_rescale(encoder, record).model)
-        encoder.save(staged)
+        model.save(staged)
     payload = {"backbone": backbone, "k": record.k, "mode": record.mode, "rescale_bias": rescale_bias,
                "auto": list(record.auto), "output": str(output), "before": before, "after": after}
     emit(payload, as_json, None,
@@ -126,12 +127,12 @@ def encode(
 ) -> None:
     """Encode a corpus into SPLADE vectors."""
     from spladekit.data import read_corpus
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model_loading import load_model
     from spladekit.vectors import Vectors
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = read_corpus(corpus)
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling)  # encode(): documents
         started = time.perf_counter()
         matrix = encoder.encode(documents.texts, batch_size=batch_size, max_length=max_length, ids=documents.ids)
         seconds = time.perf_counter() - started

@@ -109,15 +109,16 @@ def search(
             encoded = Vectors.load(query_vectors)
             vectors, query_ids = encoded.matrix, encoded.ids
         else:
-            from spladekit.encoder import SparseEncoder
+            from spladekit.model_loading import encode_queries, load_model
 
             assert queries is not None and model is not None  # checked above
-            encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+            encoder = load_model(model, trust_remote_code=trust_remote_code)
             if encoder.vocab_size != searcher.vocab_size:
                 raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
                                      f"{searcher.vocab_size}")
             parsed = read_corpus(queries)
-            vectors = encoder.encode(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
+            vectors = encode_queries(encoder, parsed.texts, batch_size=batch_size, max_length=max_length,
+                                     ids=parsed.ids)
             query_ids = parsed.ids
         started = time.perf_counter()
         result = searcher.search(vectors, k=k, **params)
@@ -132,7 +133,8 @@ def search(
 
 @app.command()
 def evaluate(
-    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
+    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, inference-free spladekit, "
+                                "sentence-transformers SPLADE or inference-free Router, or any masked-LM)."),
     data: str = typer.Option(..., help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
                              "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
                              "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
@@ -145,7 +147,8 @@ def evaluate(
     param: list[str] = BUILD_PARAMS,
     k: int = typer.Option(1000, min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents and queries "
-                                             "(default: the model's, else 256)."),
+                                             "(default: the model's, else 256; an inference-free model's "
+                                             "queries: its query limit)."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
                                "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length."),
@@ -158,15 +161,15 @@ def evaluate(
                                    "folder."),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
-    from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data, results_table
+    from spladekit.model_loading import load_model
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
         raise SpladekitError(f"{output}: --output and --run-dir must differ")
     with opened(output, folder=False, overwrite=overwrite) as staged, \
             opened(run_dir, folder=True, overwrite=overwrite) as staged_runs:
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+        encoder = load_model(model, trust_remote_code=trust_remote_code)
         result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=staged_runs, backend=backend,
                                backend_params=backend_params, k=k, max_length=max_length,
                                batch_size=batch_size, cache=cache)
