@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,13 +54,16 @@ from spladekit.encoder import METADATA_FILE, SparseEncoder, read_metadata
 from spladekit.errors import InputError, SpladekitError
 from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 KIND = "inference-free"
 QUERY_WEIGHTS_FILE = "query_weights.safetensors"
 QUERY_WEIGHTS_TENSOR = "weight"  # the state-dict key of sentence-transformers' SparseStaticEmbedding
 DEFAULT_QUERY_MAX_LENGTH = 32
 
 
-def idf_weights(tokenizer: object, documents: Iterable[str], vocab_size: int, batch_size: int = 1000,
+def idf_weights(tokenizer: PreTrainedTokenizerBase, documents: Iterable[str], vocab_size: int, batch_size: int = 1000,
                 show_progress: bool = True) -> torch.Tensor:
     """The V-vector ``idf(v) = ln(1 + (N − df + 0.5) / (df + 0.5))`` (0 where ``df = 0``) of ``documents``.
 
@@ -73,7 +77,7 @@ def idf_weights(tokenizer: object, documents: Iterable[str], vocab_size: int, ba
                                     disable=not show_progress, leave=False) as progress:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start:start + batch_size]
-            encoded = tokenizer(chunk, add_special_tokens=False, truncation=False,  # type: ignore[operator]
+            encoded = tokenizer(chunk, add_special_tokens=False, truncation=False,
                                 return_attention_mask=False, return_token_type_ids=False)["input_ids"]
             for ids in encoded:
                 distinct = np.unique(np.asarray(ids, dtype=np.int64))
@@ -119,7 +123,7 @@ def read_query_weights(path: Path, vocab_size: int) -> torch.Tensor:
 TOKENIZER_PROBE = ["What is the Capital of FRANCE?", "Crème brûlée, 42 km/h; e-mail: naïve résumé", "splade sparse"]
 
 
-def check_same_tokenizer(tokenizer: object, query_folder: Path, trust_remote_code: bool) -> None:
+def check_same_tokenizer(tokenizer: PreTrainedTokenizerBase, query_folder: Path, trust_remote_code: bool) -> None:
     """A sentence-transformers ``Router`` stores a tokenizer per route; spladekit uses one. Refuse a query
     tokenizer whose vocabulary or tokenization differs from the document encoder's (its vectors would)."""
     from transformers import AutoTokenizer
@@ -129,9 +133,9 @@ def check_same_tokenizer(tokenizer: object, query_folder: Path, trust_remote_cod
             query_tokenizer = AutoTokenizer.from_pretrained(str(query_folder), trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as error:
             raise InputError(f"cannot load the query route's tokenizer ({error})", query_folder) from None
-        same = query_tokenizer.get_vocab() == tokenizer.get_vocab() and (  # type: ignore[attr-defined]
+        same = query_tokenizer.get_vocab() == tokenizer.get_vocab() and (
             query_tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
-            == tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+            == tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])
     if not same:
         raise InputError("the query route's tokenizer differs from the document route's; spladekit encodes "
                          "both sides with one tokenizer", query_folder)
@@ -166,11 +170,11 @@ class InferenceFreeEncoder(nn.Module):
 
     # ----------------------------------------------------------------- the document side, delegated
     @property
-    def model(self) -> nn.Module:
+    def model(self) -> PreTrainedModel:
         return self.document_encoder.model
 
     @property
-    def tokenizer(self) -> object:
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         return self.document_encoder.tokenizer
 
     @property
@@ -215,6 +219,7 @@ class InferenceFreeEncoder(nn.Module):
                                                   max_length=max_length, pooling=pooling)
         resolved = resolve_model_folder(path)
         frozen = False
+        origin: object
         if resolved.settings.get("query_weights"):  # a sentence-transformers Router folder
             check_same_tokenizer(documents.tokenizer, Path(resolved.settings["query_folder"]), trust_remote_code)
             weights_file = Path(resolved.settings["query_weights"])
@@ -233,6 +238,7 @@ class InferenceFreeEncoder(nn.Module):
             if stored_length is not None:
                 expect(stored_length, int, "'query_max_length'", path / METADATA_FILE)
             origin = metadata.get("query_weights_origin")
+            frozen = metadata.get("freeze_query_weights") is True
         weights = read_query_weights(weights_file, documents.vocab_size)
         return cls(documents, weights, query_max_length=query_max_length or stored_length or DEFAULT_QUERY_MAX_LENGTH,
                    freeze_query_weights=frozen, query_weights_origin=origin if isinstance(origin, str) else None)
@@ -251,6 +257,7 @@ class InferenceFreeEncoder(nn.Module):
             metadata = read_metadata(staging) | {
                 "kind": KIND, "query_weights": QUERY_WEIGHTS_FILE, "query_max_length": self.query_max_length,
                 "query_weights_origin": self.query_weights_origin,
+                "freeze_query_weights": not self.query_weights.requires_grad,
                 "query_encoding": "w_v for each distinct token v of the query (no special tokens)",
             }
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
@@ -269,7 +276,7 @@ class InferenceFreeEncoder(nn.Module):
     # ----------------------------------------------------------------- queries
     def query_token_ids(self, texts: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Token ids of each query as ``SparseStaticEmbedding.preprocess`` makes them (no special tokens)."""
-        return self.tokenizer(list(texts), add_special_tokens=False, truncation=True,  # type: ignore[operator]
+        return self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
                               max_length=max_length or self.query_max_length)["input_ids"]
 
     def query_forward(self, texts: Sequence[str], max_length: int | None = None) -> torch.Tensor:

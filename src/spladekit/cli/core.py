@@ -93,13 +93,15 @@ def rescale(
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
     from spladekit.head import head_norms, parse_k
+    from spladekit.inference_free import InferenceFreeEncoder
     from spladekit.model_loading import load_model
     from spladekit.rescaling import apply_rescale, resolve_rescale
 
     parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
     with opened(output, folder=True, overwrite=overwrite) as staged:
         model = load_model(backbone, trust_remote_code=trust_remote_code)
-        encoder = getattr(model, "document_encoder", model)  # an inference-free model's head is its documents'
+        # an inference-free model's head is its document encoder's; the query table is saved with it
+        encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
         record = resolve_rescale(encoder, k, mode, rescale_bias)
         before = head_norms(encoder.model)
         after = head_norms(apply_rescale(encoder, record).model)
