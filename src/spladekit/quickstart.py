@@ -30,6 +30,7 @@ from spladekit.evaluate import evaluate
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import head_norms
 from spladekit.model_card import write_model_card
+from spladekit.model_loading import load_model
 from spladekit.rescaling import RescaleRecord, apply_rescale
 from spladekit.train import load_config, train
 
@@ -104,7 +105,7 @@ def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, tripl
 
     run = train(settings, output / "train")
     initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
-    trained = SparseEncoder.from_pretrained(run.model, trust_remote_code=trust_remote_code)
+    trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
     after = evaluate(trained, collection, cache=False, show_progress=show_progress)
 
     resolved = run.config
