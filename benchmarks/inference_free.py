@@ -4,7 +4,7 @@ Both models start from the same backbone and train with ``configs/train-example.
 overrides, e.g. ``optimization.steps=200``); the inference-free run adds ``model.kind=inference-free`` and
 ``regularizer.lambda_q=0`` (sentence-transformers' inference-free recipe: ``query_regularizer_weight=0``;
 its query table starts from the IDF of the training documents). Both are evaluated in this process on the
-same collection with the exact backend. Query encoding speed is timed on the collection's queries,
+same collection with the exact backend (one worker process per model, side by side). Query encoding speed is timed on the collection's queries,
 interleaved (one full pass of each model, repeated ``--repeats`` times, the best pass kept), so load from
 other processes hits both alike; the ratio is the result.
 
@@ -19,8 +19,11 @@ spladekit gives over those documents (same exact index, top 10 and top 100 ident
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +31,7 @@ import scipy.sparse as sp
 import torch
 
 from spladekit.data.collections import Collection, load_collection, reconcile
+from spladekit.data.jsonl import Corpus
 from spladekit.evaluate import evaluate
 from spladekit.export import export_sentence_transformers
 from spladekit.index import build_index
@@ -47,6 +51,34 @@ def query_speed(models: dict[str, RetrievalModel], queries: list[str], batch_siz
             encode_queries(model, queries, batch_size=batch_size, show_progress=False)
             best[name] = min(best[name], time.perf_counter() - started)
     return {name: len(queries) / seconds for name, seconds in best.items()}
+
+
+def test_collection(args: argparse.Namespace) -> Collection:
+    """``--data`` / ``--split``; with ``--queries N --docs M`` a subset: the first N judged queries, every
+    document they judge, and random other documents (seed 0) up to M documents."""
+    collection = reconcile(load_collection(args.data, args.split))
+    if args.queries is None:
+        return collection
+    keep_queries = collection.queries.ids[:args.queries]
+    judged = {doc for query in keep_queries for doc in collection.qrels.get(query, {})}
+    others = [doc for doc in collection.corpus.ids if doc not in judged]
+    rng = np.random.default_rng(0)
+    extra = rng.choice(len(others), size=max(0, min(len(others), args.docs - len(judged))), replace=False)
+    keep_docs = judged | {others[i] for i in extra}
+    rows = [i for i, doc in enumerate(collection.corpus.ids) if doc in keep_docs]
+    return dataclasses.replace(
+        collection, name=f"{collection.name} (subset: {len(keep_queries)} queries, {len(rows)} documents)",
+        corpus=Corpus([collection.corpus.ids[i] for i in rows], [collection.corpus.texts[i] for i in rows]),
+        queries=Corpus(keep_queries, collection.queries.texts[:args.queries]),
+        qrels={query: collection.qrels[query] for query in keep_queries if query in collection.qrels})
+
+
+def evaluate_folder(folder: Path, args: argparse.Namespace, run_path: Path) -> dict:
+    """Metrics, efficiency and timings of the model in ``folder`` on the test collection (in a worker process)."""
+    collection = test_collection(args)
+    result = evaluate(load_model(folder), collection, max_length=args.max_length, batch_size=args.batch_size,
+                      cache=False, run_path=run_path, show_progress=False)
+    return {**result.metrics, **result.efficiency, **result.timings}
 
 
 def to_csr(tensor: torch.Tensor) -> sp.csr_matrix:
@@ -101,8 +133,10 @@ def main() -> None:
                         help="config override for both runs, e.g. optimization.steps=200 (repeatable)")
     parser.add_argument("--data", type=Path, default=SHARED / "data" / "scifact")
     parser.add_argument("--split", default="test")
+    parser.add_argument("--queries", type=int, help="evaluate on a subset: the first N judged queries…")
+    parser.add_argument("--docs", type=int, default=1000, help="…their judged documents + random others, M in all")
     parser.add_argument("--max-length", type=int, default=128, help="document token limit at evaluation")
-    parser.add_argument("--router-docs", type=int, default=500, help="documents of the Router round trip")
+    parser.add_argument("--router-docs", type=int, default=200, help="documents of the Router round trip")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--output", type=Path, required=True, help="folder for the runs and results.json")
@@ -123,17 +157,24 @@ def main() -> None:
         results["train_seconds"][kind] = round(time.perf_counter() - started, 1)
         models[kind] = load_model(run.model)
 
-    collection = reconcile(load_collection(args.data, args.split))
-    for kind, model in models.items():
-        result = evaluate(model, collection, max_length=args.max_length, batch_size=args.batch_size, cache=False,
-                          run_path=args.output / f"{kind}.trec", show_progress=False)
-        results["evaluation"][kind] = {**result.metrics, **result.efficiency, **result.timings}
+    def save() -> None:  # after every stage, so that a long run shows what it has
+        (args.output / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+    collection = test_collection(args)
+    results["collection"] = {"name": collection.name, "queries": len(collection.queries),
+                             "documents": len(collection.corpus)}
+    # one process per model: the same work, side by side (on a shared machine each gets its share of the CPUs)
+    with ProcessPoolExecutor(max_workers=len(models), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {kind: pool.submit(evaluate_folder, args.output / kind / "model", args, args.output / f"{kind}.trec")
+                   for kind in models}
+        results["evaluation"] = {kind: future.result() for kind, future in futures.items()}
+    save()
     speed = query_speed(models, collection.queries.texts, args.batch_size, args.repeats)
     results["queries_per_second"] = speed
     results["query_speedup"] = speed["inference-free"] / speed["splade"]
-
+    save()
     results["router_round_trip"] = router_round_trip(models["inference-free"], collection, args)
-    (args.output / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    save()
     print(json.dumps(results, indent=2))
 
 
