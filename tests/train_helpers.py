@@ -40,10 +40,10 @@ TINY_BERT = pytest.fixture(scope="module", name="tiny_bert")(_tiny_bert)
 TRIPLETS = pytest.fixture(scope="module", name="triplets_file")(_triplets_file)
 
 
-def tiny_config(model: Path, triplets: Path, **sections):
+def tiny_config(model_dir: Path, triplets: Path, /, **sections):
     """A fast config (short texts, batch 4, no progress bar); ``sections`` update its sections."""
     values = {
-        "backbone": {"id": str(model), "dropout": False},
+        "backbone": {"id": str(model_dir), "dropout": False},
         "data": {"path": str(triplets), "query_max_length": 12, "doc_max_length": 16},
         "optimization": {"steps": 6, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
         "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 3},

@@ -45,10 +45,10 @@ from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus
 from spladekit.data.suites import SUITES, load_suite
 from spladekit.data.trec import Qrels
-from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import backend_class, build_index
+from spladekit.model_loading import RetrievalModel
 from spladekit.run import Run
 from spladekit.vectors import Vectors, nnz_per_row
 from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
@@ -80,7 +80,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
 
 
-def model_fingerprint(encoder: SparseEncoder) -> str:
+def model_fingerprint(encoder: RetrievalModel) -> str:
     """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size."""
     digest = hashlib.sha256()
     for name, tensor in sorted(encoder.model.state_dict().items()):
@@ -121,7 +121,7 @@ def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors |
     return vectors
 
 
-def encode_corpus(encoder: SparseEncoder, corpus: Corpus, max_length: int, batch_size: int = 32,
+def encode_corpus(encoder: RetrievalModel, corpus: Corpus, max_length: int, batch_size: int = 32,
                   cache: bool = True, show_progress: bool = True) -> tuple[Vectors, dict]:
     """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache.
 
@@ -167,7 +167,7 @@ def compute_metrics(qrels: Qrels, run: Run, measures: Iterable[str]) -> tuple[di
 
 # ----------------------------------------------------------------------------------------- evaluation
 def evaluate(
-    encoder: SparseEncoder,
+    encoder: RetrievalModel,
     collection: Collection,
     backend: str = "exact",
     k: int = 1000,
@@ -242,7 +242,7 @@ def evaluate(
     )
 
 
-def evaluate_suite(encoder: SparseEncoder, collections: Iterable[Collection], name: str,
+def evaluate_suite(encoder: RetrievalModel, collections: Iterable[Collection], name: str,
                    run_dir: str | Path | None = None, **options: Any) -> EvaluationResult:
     """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
     members = {}
@@ -254,7 +254,7 @@ def evaluate_suite(encoder: SparseEncoder, collections: Iterable[Collection], na
     return EvaluationResult.mean_of(name, members)
 
 
-def evaluate_data(encoder: SparseEncoder, data: str | Path, split: str = "test",
+def evaluate_data(encoder: RetrievalModel, data: str | Path, split: str = "test",
                   data_root: str | Path | None = None, run_dir: str | Path | None = None,
                   **options: Any) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""

@@ -31,30 +31,24 @@ from typing import TYPE_CHECKING, Any
 import scipy.sparse as sp
 
 from spladekit.atomic import atomic_file
+from spladekit.encoder import check_side
 from spladekit.errors import SpladekitError
 from spladekit.vectors_ops import best_first
 
 if TYPE_CHECKING:
     from spladekit.data.collections import Collection
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model_loading import RetrievalModel
     from spladekit.run import Run
 
-SIDES = ("query", "document")
 DEFAULT_TOP = 20
 
 
 # ----------------------------------------------------------------------------------------- encoding
-def encode_side(model: SparseEncoder, texts: Sequence[str], side: str, max_length: int | None = None) -> sp.csr_matrix:
+def encode_side(model: RetrievalModel, texts: Sequence[str], side: str, max_length: int | None = None) -> sp.csr_matrix:
     """Encode ``texts`` as queries (``encode_query``) or documents (``encode_document``), each side with its
     own token limit unless ``max_length`` is given."""
     encode = model.encode_query if check_side(side) == "query" else model.encode_document
     return encode(list(texts), max_length=max_length, show_progress=False)
-
-
-def check_side(side: str) -> str:
-    if side not in SIDES:
-        raise SpladekitError(f"unknown side {side!r}; choose one of {', '.join(SIDES)}")
-    return side
 
 
 def check_top(top: int) -> int:
@@ -157,7 +151,7 @@ def explain_vector(tokenizer: Any, row: sp.csr_matrix, text: str, side: str) -> 
                                         for i, (token, term), w in zip(ids, tokens, weights)])
 
 
-def explain_text(model: SparseEncoder, text: str, side: str = "document",
+def explain_text(model: RetrievalModel, text: str, side: str = "document",
                  max_length: int | None = None) -> TextExplanation:
     """Encode ``text`` on ``side`` and list its active terms, heaviest first."""
     vector = encode_side(model, [check_text(text)], side, max_length)
@@ -181,7 +175,7 @@ def explain_vectors(tokenizer: Any, query_vector: sp.csr_matrix, document_vector
                            explain_vector(tokenizer, d, document, "document"), contributions, score)
 
 
-def explain_pair(model: SparseEncoder, query: str, document: str, max_length: int | None = None) -> PairExplanation:
+def explain_pair(model: RetrievalModel, query: str, document: str, max_length: int | None = None) -> PairExplanation:
     """Encode ``query`` (query side) and ``document`` (document side); the terms behind their score."""
     check_text(query, "query")
     check_text(document, "document")
@@ -318,7 +312,7 @@ def _file_name(query_id: str, taken: set[str]) -> str:
     return name
 
 
-def explain_run(model: SparseEncoder, collection: Collection, run: Run, folder: str | Path, queries: int = 3,
+def explain_run(model: RetrievalModel, collection: Collection, run: Run, folder: str | Path, queries: int = 3,
                 top: int = DEFAULT_TOP, model_name: str = "") -> list[dict]:
     """For the first ``queries`` queries of ``run`` (collection order) that retrieved something, write the
     pair view against their top-ranked document: ``query-<id>.html`` each, plus ``summary.json`` (one

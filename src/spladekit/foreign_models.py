@@ -9,8 +9,14 @@ Every spladekit command that takes a model also accepts:
   with ``max_length`` from the module's ``max_seq_length`` or its tokenizer's ``model_max_length``.
   Only the SPLADE pipeline spladekit computes is accepted: MLM transformer → ``SpladePooling`` with
   ``pooling_strategy="max"`` and ``activation_function="relu"``; anything else (sum pooling,
-  ``log1p_relu``, inference-free ``Router`` models, extra modules) is refused with the reason, since
-  loading it would silently give different vectors.
+  ``log1p_relu``, extra modules) is refused with the reason, since loading it would silently give
+  different vectors.
+* a **sentence-transformers inference-free** ``Router`` folder (``Router.for_query_document``): the
+  ``document`` route must be that same SPLADE pipeline, the ``query`` route one ``SparseStaticEmbedding``
+  with safetensors weights. The document route's MLM folder is returned as above, and the settings add
+  ``query_weights`` (its ``model.safetensors``), ``query_folder``, ``query_max_length`` (its tokenizer's
+  ``model_max_length``, where ``SparseStaticEmbedding`` truncates) and ``query_frozen``;
+  :class:`spladekit.inference_free.InferenceFreeEncoder` loads both sides.
 * a **naver/splade** checkpoint: a plain ``BertForMaskedLM``-style folder (loads as is), or a training
   experiment folder holding the hydra ``config.yaml`` (also under ``.hydra/``; recognised by its
   ``init_dict`` / ``config`` sections) with the weights in ``model/``; ``config.max_length`` is read, and
@@ -31,6 +37,9 @@ from spladekit.data.lines import read_json
 from spladekit.errors import InputError
 
 ST_MODULES_FILE = "modules.json"
+ST_ROUTER_CONFIGS = ("router_config.json", "config.json")  # config.json: sentence-transformers < 5 (Asym)
+ST_MLM_MODULES = ("Transformer", "MLMTransformer")
+ST_STATIC_MODULES = ("SparseStaticEmbedding", "IDF")  # IDF: its name in sentence-transformers 5.0
 ST_TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json")
 NAVER_CONFIGS = ("config.yaml", ".hydra/config.yaml")
 NAVER_WEIGHTS_SUBFOLDER = "model"
@@ -43,7 +52,7 @@ class ResolvedModel:
     """Where the HF masked-LM folder is, what kind of folder it came from, and settings read there."""
 
     path: Path
-    kind: str  # "transformers" | "sentence-transformers" | "naver-splade"
+    kind: str  # "transformers" | "sentence-transformers" | "sentence-transformers-router" | "naver-splade"
     settings: dict = field(default_factory=dict)
 
     @property
@@ -75,6 +84,8 @@ def _resolve_sentence_transformers(root: Path) -> ResolvedModel:
     if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
         raise InputError("expected a JSON list of module objects", modules_file)
     kinds = [_module_kind(module) for module in modules]
+    if kinds in (["Router"], ["Asym"]):
+        return _resolve_router(root / modules[0].get("path", ""), modules_file)
     sparse = {"SpladePooling", "Router", "SparseStaticEmbedding", "MLMTransformer"} & set(kinds)
     if not sparse and kinds[:1] == ["Transformer"]:
         # A dense sentence-transformers model (e.g. all-MiniLM-L6-v2): its transformer is a backbone
@@ -89,6 +100,45 @@ def _resolve_sentence_transformers(root: Path) -> ResolvedModel:
     _check_pooling(root / modules[1].get("path", "") / "config.json")
     folder = root / modules[0].get("path", "")
     return ResolvedModel(path=folder, kind="sentence-transformers", settings=_st_settings(folder))
+
+
+def _resolve_router(folder: Path, modules_file: Path) -> ResolvedModel:
+    """An inference-free ``Router``: query = [SparseStaticEmbedding], document = [MLM transformer, SpladePooling]."""
+    config_file = next((folder / name for name in ST_ROUTER_CONFIGS if (folder / name).is_file()), None)
+    if config_file is None:
+        raise InputError(f"a Router module without {ST_ROUTER_CONFIGS[0]} in {folder}", modules_file)
+    config = read_json(config_file, dict)
+    types, structure = config.get("types"), config.get("structure")
+    if not isinstance(types, dict) or not isinstance(structure, dict):
+        raise InputError("expected 'types' and 'structure' objects (a sentence-transformers Router)", config_file)
+    routes = {name: [(module_id, str(types.get(module_id, "")).rsplit(".", 1)[-1]) for module_id in ids]
+              for name, ids in structure.items() if isinstance(ids, list)}
+    mappings = (config.get("parameters") or {}).get("route_mappings") or {}
+    shapes = {name: [kind for _, kind in modules] for name, modules in routes.items()}
+    if (set(routes) != {"query", "document"} or mappings or len(shapes["query"]) != 1
+            or shapes["query"][0] not in ST_STATIC_MODULES or len(shapes["document"]) != 2
+            or shapes["document"][0] not in ST_MLM_MODULES or shapes["document"][1] != "SpladePooling"):
+        raise InputError(
+            f"Router routes {shapes}{f' with route_mappings {mappings}' if mappings else ''}: spladekit loads "
+            "only inference-free SPLADE routers (query: [SparseStaticEmbedding], document: [MLMTransformer or "
+            "Transformer, SpladePooling], no route_mappings)", config_file)
+    (query_id, _), = routes["query"]
+    (transformer_id, _), (pooling_id, _) = routes["document"]
+    _check_pooling(folder / pooling_id / "config.json")
+    query_folder = folder / query_id
+    weights = query_folder / "model.safetensors"
+    if not weights.is_file():
+        raise InputError("the SparseStaticEmbedding has no model.safetensors (spladekit reads query weights "
+                         "from safetensors only: never pickles, never idf.json paths)", query_folder)
+    static_config = query_folder / "config.json"
+    frozen = read_json(static_config, dict).get("frozen", False) if static_config.is_file() else False
+    document = folder / transformer_id
+    settings = _st_settings(document) | {"query_weights": str(weights), "query_folder": str(query_folder),
+                                         "query_frozen": bool(frozen)}
+    query_length = _st_settings(query_folder).get("max_length")
+    if query_length:
+        settings["query_max_length"] = query_length
+    return ResolvedModel(path=document, kind="sentence-transformers-router", settings=settings)
 
 
 def _check_pooling(config_file: Path) -> None:

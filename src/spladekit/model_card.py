@@ -20,6 +20,7 @@ from spladekit.head import head_norms, rescale_record
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
+    from spladekit.inference_free import InferenceFreeEncoder
 
 CARD_FILE = "README.md"
 CARD_DATA: dict[str, Any] = {"library_name": "spladekit", "tags": ["sparse-retrieval", "splade"]}
@@ -39,7 +40,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
-def _overview(encoder: SparseEncoder, name: str) -> list[str]:
+def _overview(encoder: SparseEncoder | InferenceFreeEncoder, name: str) -> list[str]:
     config = encoder.model.config
     record = rescale_record(encoder.model)
     rescaled = "not rescaled (k = 1)" if record is None else (
@@ -57,7 +58,7 @@ def _overview(encoder: SparseEncoder, name: str) -> list[str]:
     ]
 
 
-def _norms(encoder: SparseEncoder, training: dict | None) -> list[str]:
+def _norms(encoder: SparseEncoder | InferenceFreeEncoder, training: dict | None) -> list[str]:
     final = head_norms(encoder.model)
     initial = (training or {}).get("initial_head_norms")
     header = ["head norm", "initial", "final"] if initial else ["head norm", "value"]
@@ -104,7 +105,8 @@ def _usage(folder: Path) -> list[str]:
     ]
 
 
-def model_card(folder: str | Path, encoder: SparseEncoder, training: dict | None = None, evaluation: Sequence[EvaluationResult] = ()) -> str:
+def model_card(folder: str | Path, encoder: SparseEncoder | InferenceFreeEncoder, training: dict | None = None,
+               evaluation: Sequence[EvaluationResult] = ()) -> str:
     """The card text; ``training`` = recipe settings (+ optional ``initial_head_norms``), ``evaluation`` =
     the results to report (one table row each)."""
     folder = Path(folder)
@@ -115,7 +117,7 @@ def model_card(folder: str | Path, encoder: SparseEncoder, training: dict | None
     return str(card)
 
 
-def write_model_card(folder: str | Path, encoder: SparseEncoder, training: dict | None = None,
+def write_model_card(folder: str | Path, encoder: SparseEncoder | InferenceFreeEncoder, training: dict | None = None,
                      evaluation: Sequence[EvaluationResult] = (), name: str | Path | None = None) -> Path:
     """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
     target = Path(folder) / CARD_FILE

@@ -37,6 +37,7 @@ from spladekit.explain import explain_run
 from spladekit.head import head_norms
 from spladekit.mining import find_or_mine
 from spladekit.model_card import write_model_card
+from spladekit.model_loading import load_model
 from spladekit.rescaling import RescaleRecord, apply_rescale
 from spladekit.run import Run
 from spladekit.train import load_config, train
@@ -113,7 +114,7 @@ def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, tripl
 
     run = train(settings, output / "train")
     initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
-    trained = SparseEncoder.from_pretrained(run.model, trust_remote_code=trust_remote_code)
+    trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
     after = evaluate(trained, collection, cache=False, show_progress=show_progress, run_path=output / "run.trec")
     explain_run(trained, collection, Run.read(output / "run.trec"), output / "explain",
                 model_name=str(final_path(run.model)))

@@ -39,9 +39,9 @@ def keep_top_weights(matrix: sp.spmatrix, k: int) -> sp.csr_matrix:
     """The ``k`` largest stored weights of every row, the rest dropped (rows with at most ``k`` keep all).
 
     Ties follow :func:`best_first` (weight descending, then lower term id), so the result is deterministic.
-    Vectorised over the CSR arrays: one stable sort by (row, -weight) of the term-id-ordered entries gives
-    each entry its rank in its row (``position - first position of the row``); entries with ``rank < k``
-    are kept, in their original column order.
+    Vectorised over the CSR arrays: one ``lexsort`` of (row, -weight, term id) gives each entry its rank in
+    its row, ``rank = position - first position of the row``, and entries with ``rank < k`` are kept (in
+    their original column order).
     """
     check_max_active_dims(k)
     matrix = sp.csr_matrix(matrix, copy=True)  # the input is never modified
@@ -50,9 +50,7 @@ def keep_top_weights(matrix: sp.spmatrix, k: int) -> sp.csr_matrix:
     if not (lengths > k).any():
         return matrix
     rows = np.repeat(np.arange(matrix.shape[0]), lengths)
-    # by row, then weight descending; lexsort is stable and sum_duplicates sorted each row's term ids, so
-    # equal weights stay in term id order
-    order = np.lexsort((-matrix.data, rows))
+    order = np.lexsort((matrix.indices, -matrix.data, rows))  # by row, then weight descending, then term id
     rank = np.empty(matrix.nnz, dtype=np.int64)
     rank[order] = np.arange(matrix.nnz) - matrix.indptr[rows]  # rows is sorted, so rows[order] == rows
     keep = rank < k

@@ -98,17 +98,20 @@ def rescale(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
-    from spladekit.encoder import SparseEncoder
     from spladekit.head import head_norms, parse_k
+    from spladekit.inference_free import InferenceFreeEncoder
+    from spladekit.model_loading import load_model
     from spladekit.rescaling import apply_rescale, resolve_rescale
 
     parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
     with opened(output, folder=True, overwrite=overwrite) as staged:
-        encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+        model = load_model(backbone, trust_remote_code=trust_remote_code)
+        # an inference-free model's head is its document encoder's; the query table is saved with it
+        encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
         record = resolve_rescale(encoder, k, mode, rescale_bias)
         before = head_norms(encoder.model)
         after = head_norms(apply_rescale(encoder, record).model)
-        encoder.save(staged)
+        model.save(staged)
     payload = {"backbone": backbone, "k": record.k, "mode": record.mode, "rescale_bias": rescale_bias,
                "auto": list(record.auto), "output": str(output), "before": before, "after": after}
     emit(payload, as_json, None,
@@ -137,7 +140,8 @@ def encode(
 ) -> None:
     """Encode a corpus (documents, or queries with --side query) into SPLADE vectors."""
     from spladekit.data import read_corpus
-    from spladekit.encoder import SparseEncoder, check_side
+    from spladekit.encoder import check_side
+    from spladekit.model_loading import load_model
     from spladekit.vectors import Vectors
     from spladekit.vectors_ops import check_max_active_dims
 
@@ -145,7 +149,7 @@ def encode(
     check_max_active_dims(max_active_dims)
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = read_corpus(corpus)
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code, pooling=pooling)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling)
         encode_side = encoder.encode_query if checked_side == "query" else encoder.encode_document
         started = time.perf_counter()
         matrix = encode_side(documents.texts, batch_size=batch_size, max_length=max_length,

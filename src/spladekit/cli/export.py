@@ -21,11 +21,11 @@ class ExportFormat(str, Enum):
 
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
                            trust_remote_code: bool) -> dict:
-    from spladekit.encoder import SparseEncoder
     from spladekit.export import export_sentence_transformers
+    from spladekit.model_loading import load_model
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
-        encoder = SparseEncoder.from_pretrained(source, trust_remote_code=trust_remote_code, max_length=max_length)
+        encoder = load_model(source, trust_remote_code=trust_remote_code, max_length=max_length)
         export_sentence_transformers(encoder, staged, trust_remote_code=trust_remote_code)
     return {"format": "sentence-transformers", "model": source, "output": str(output),
             "max_length": encoder.max_length, "vocab_size": encoder.vocab_size}
@@ -75,7 +75,8 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
 
 @app.command()
 def export(
-    source: str = typer.Argument(..., help="sentence-transformers: a model (hub id or folder spladekit loads). "
+    source: str = typer.Argument(..., help="sentence-transformers: a model (hub id or folder spladekit loads; an "
+                                 "inference-free model becomes a Router folder). "
                                  "qdrant/opensearch/elasticsearch: a vectors folder written by `spladekit encode`."),
     fmt: ExportFormat = typer.Option(..., "--format", "-f", help="What to write (see SOURCE)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write (atomically): the "

@@ -117,10 +117,10 @@ def search(
             encoded = Vectors.load(query_vectors)
             vectors, query_ids = encoded.matrix, encoded.ids
         else:
-            from spladekit.encoder import SparseEncoder
+            from spladekit.model_loading import load_model
 
             assert queries is not None and model is not None  # checked above
-            encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+            encoder = load_model(model, trust_remote_code=trust_remote_code)
             if encoder.vocab_size != searcher.vocab_size:
                 raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
                                      f"{searcher.vocab_size}")
@@ -140,7 +140,8 @@ def search(
 
 @app.command()
 def evaluate(
-    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
+    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, inference-free spladekit, "
+                                "sentence-transformers SPLADE or inference-free Router, or any masked-LM)."),
     data: str = typer.Option(..., help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
                              "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
                              "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
@@ -171,8 +172,8 @@ def evaluate(
                                    "folder."),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
-    from spladekit.encoder import SparseEncoder
     from spladekit.evaluate import evaluate_data, results_table
+    from spladekit.model_loading import load_model
     from spladekit.vectors_ops import check_max_active_dims
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
@@ -181,7 +182,7 @@ def evaluate(
         raise SpladekitError(f"{output}: --output and --run-dir must differ")
     with opened(output, folder=False, overwrite=overwrite) as staged, \
             opened(run_dir, folder=True, overwrite=overwrite) as staged_runs:
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+        encoder = load_model(model, trust_remote_code=trust_remote_code)
         result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=staged_runs, backend=backend,
                                backend_params=backend_params, k=k, max_length=max_length,
                                query_max_length=query_max_length, max_active_dims=max_active_dims,

@@ -105,6 +105,11 @@ class TrainingSet:
         return Example(self.queries[group.query], self.documents[group.positive],
                        tuple(self.documents[doc] for doc in chosen), teacher)
 
+    def document_texts(self) -> list[str]:
+        """Every distinct document of the training set (positives and negatives), first occurrence first."""
+        keys = dict.fromkeys(key for group in self.groups for key in (group.positive, *group.negatives))
+        return [self.documents[key] for key in keys]
+
     def batch(self, step: int, batch_size: int, negatives: int, seed: int) -> list[Example]:
         """The ``batch_size`` examples of optimizer step ``step`` (1-based)."""
         start = (step - 1) * batch_size

@@ -40,6 +40,7 @@ from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluate import evaluate_data
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.head import RESCALE_MODES, divide_head, parse_k
+from spladekit.model_loading import load_model
 from spladekit.schema import allowed
 from spladekit.sources import is_local, is_local_model
 from spladekit.train.checkpoint import checkpoints
@@ -335,7 +336,7 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
 
 def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
     """The trained model of one run on every evaluation dataset or suite, keyed by its name."""
-    encoder = SparseEncoder.from_pretrained(run_dir / "model", trust_remote_code=trust_remote_code)
+    encoder = load_model(run_dir / "model", trust_remote_code=trust_remote_code)  # either kind (model.kind)
     evaluation = sweep.evaluation
     results = {}
     for data in evaluation.data:

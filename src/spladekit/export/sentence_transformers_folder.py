@@ -23,6 +23,7 @@ from spladekit.model_card import write_model_card
 
 if TYPE_CHECKING:
     from spladekit.encoder import SparseEncoder
+    from spladekit.inference_free import InferenceFreeEncoder
 
 STAGED_MODEL = "_mlm"
 
@@ -37,9 +38,10 @@ def _sentence_transformers() -> ModuleType:
     return sparse_encoder
 
 
-def export_sentence_transformers(encoder: SparseEncoder, output: str | Path, overwrite: bool = False,
-                                 trust_remote_code: bool = False) -> Path:
-    """Write ``encoder`` (a spladekit ``SparseEncoder``) as a sentence-transformers SparseEncoder folder."""
+def export_sentence_transformers(encoder: SparseEncoder | InferenceFreeEncoder, output: str | Path,
+                                 overwrite: bool = False, trust_remote_code: bool = False) -> Path:
+    """Write ``encoder`` (a spladekit ``SparseEncoder``, or an ``InferenceFreeEncoder`` as a ``Router``) as a
+    sentence-transformers SparseEncoder folder."""
     st = _sentence_transformers()
     output = Path(output)
     with quiet_transformers():  # one-line CLI output, as in backbone loading
@@ -47,7 +49,10 @@ def export_sentence_transformers(encoder: SparseEncoder, output: str | Path, ove
     return output
 
 
-def _write(st: ModuleType, encoder: SparseEncoder, output: Path, overwrite: bool, trust_remote_code: bool) -> None:
+def _write(st: ModuleType, encoder: SparseEncoder | InferenceFreeEncoder, output: Path, overwrite: bool,
+           trust_remote_code: bool) -> None:
+    from spladekit.inference_free import InferenceFreeEncoder
+
     with atomic_directory(output, overwrite=overwrite) as staging:
         encoder.save(staging / STAGED_MODEL)
         remote = {"trust_remote_code": True} if trust_remote_code else {}
@@ -58,7 +63,19 @@ def _write(st: ModuleType, encoder: SparseEncoder, output: Path, overwrite: bool
         pooling = st.modules.SpladePooling(
             pooling_strategy="max", activation_function="relu", embedding_dimension=encoder.vocab_size
         )
-        model = st.SparseEncoder(modules=[transformer, pooling], device="cpu")
+        if isinstance(encoder, InferenceFreeEncoder):
+            from transformers import AutoTokenizer
+
+            query_tokenizer = AutoTokenizer.from_pretrained(str(staging / STAGED_MODEL), **remote)
+            query_tokenizer.model_max_length = encoder.query_max_length  # where SparseStaticEmbedding truncates
+            static = st.modules.SparseStaticEmbedding(
+                tokenizer=query_tokenizer, weight=encoder.query_weights.detach().float().cpu().clone(),
+                frozen=not encoder.query_weights.requires_grad)
+            modules = [st.modules.Router.for_query_document(query_modules=[static],
+                                                            document_modules=[transformer, pooling])]
+        else:
+            modules = [transformer, pooling]
+        model = st.SparseEncoder(modules=modules, similarity_fn_name="dot", device="cpu")
         model.save(str(staging))
         shutil.copy(staging / STAGED_MODEL / METADATA_FILE, staging / METADATA_FILE)
         shutil.rmtree(staging / STAGED_MODEL)

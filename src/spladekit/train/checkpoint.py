@@ -26,7 +26,7 @@ from spladekit.data.lines import reading
 from spladekit.errors import InputError, SpladekitError
 
 if TYPE_CHECKING:
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model_loading import RetrievalModel
 
 PREFIX = "step-"
 
@@ -64,7 +64,7 @@ def non_finite_state(optimizer: torch.optim.Optimizer) -> int:
         return int((~torch.stack([torch.isfinite(value).all() for value in tensors])).sum())
 
 
-def save_checkpoint(output: Path, step: int, encoder: SparseEncoder, optimizer: torch.optim.Optimizer,
+def save_checkpoint(output: Path, step: int, encoder: RetrievalModel, optimizer: torch.optim.Optimizer,
                     scheduler: torch.optim.lr_scheduler.LRScheduler, keep: int) -> Path:
     """Write ``checkpoints/step-NNNNNNNN`` atomically and drop all but the newest ``keep``; NaN/inf weights or
     optimizer state are refused (SpladekitError) before anything is written or dropped."""

@@ -35,6 +35,13 @@ class BackboneConfig:
 
 
 @dataclass
+class ModelConfig:
+    kind: Literal["splade", "inference-free"] = "splade"  # inference-free: queries = a per-token weight table (IDF init)
+    query_weights_lr: float = allowed(1e-3, minimum=0, exclusive=True)  # inference-free: the table's learning rate
+    freeze_query_weights: bool = False  # inference-free: keep the IDF table as initialised
+
+
+@dataclass
 class RescaleConfig:
     k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": diagnosis.diagnose's recommended_k
     mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
@@ -112,6 +119,7 @@ class EvaluationConfig:
 @dataclass
 class TrainConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     rescale: RescaleConfig = field(default_factory=RescaleConfig)
     data: DataConfig = field(default_factory=DataConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -283,6 +291,8 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
     if config.optimization.batch_size % config.optimization.accumulation:
         fail(f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
              f"optimization.accumulation ({config.optimization.accumulation})")
+    if config.model.kind == "splade" and config.model.freeze_query_weights:
+        fail("model.freeze_query_weights applies to model.kind 'inference-free' (a query weight table)")
     if config.evaluation.data is None and config.evaluation.every is not None:
         fail("evaluation.every is set but evaluation.data is not")
     data, distillation = config.data, config.loss.name != "infonce"

@@ -7,6 +7,13 @@ Objective (Formal et al., "SPLADE v2", arXiv:2109.10086, eq. 4):
 with L_rank one of ``losses.LOSSES`` and R one of ``regularizers.REGULARIZERS``. AdamW, linear LR
 warm-up then linear decay to 0, gradient clipping, optional bf16 autocast.
 
+``model.kind: inference-free`` (:mod:`spladekit.inference_free`) trains a SPLADE document encoder and a
+per-token query weight table instead: Q holds ``w_v`` for the distinct tokens of each query, the table
+starts from the IDF of the training documents and has its own learning rate (``model.query_weights_lr``,
+sentence-transformers' recipe: 1e-3 for ``SparseStaticEmbedding.weight``, no weight decay). The same
+objective applies; with ``λ_q = 0`` (that recipe's ``query_regularizer_weight=0``) only the documents are
+regularized.
+
 **The batch is the effective batch, always.** ``optimization.batch_size`` queries per optimizer step,
 split into ``accumulation`` micro-batches and over the W processes of a distributed run. In-batch
 negatives and the FLOPS mean ``Σ_v (1/N Σ_i |x_iv|)²`` are taken over all of them, so neither the
@@ -49,6 +56,8 @@ from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
 from spladekit.evaluate import evaluate_data
 from spladekit.head import head_norms
+from spladekit.inference_free import InferenceFreeEncoder, idf_weights
+from spladekit.model_loading import RetrievalModel, load_model
 from spladekit.rescaling import RescaleRecord, apply_rescale, resolve_rescale
 from spladekit.train import distributed
 from spladekit.train.checkpoint import (
@@ -97,15 +106,24 @@ class TrainedRun:
         return self.output / "model"
 
 
-def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[SparseEncoder, RescaleRecord]:
+def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[RetrievalModel, RescaleRecord]:
     """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
     :func:`spladekit.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
-    (query, positive) pairs of the training data)."""
+    (query, positive) pairs of the training data). ``model.kind: inference-free`` adds the query weight
+    table, initialised from the IDF of the training set's documents (:func:`spladekit.inference_free.idf_weights`)."""
     backbone, setting = config.backbone, config.rescale
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
     record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
                              pairs=sample_pairs(training_set, setting.auto_pairs), max_length=config.data.doc_max_length)
-    return apply_rescale(encoder, record), record
+    encoder = apply_rescale(encoder, record)
+    if config.model.kind == "splade":
+        return encoder, record
+    documents = training_set.document_texts()
+    weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size, show_progress=config.logging.progress)
+    return InferenceFreeEncoder(encoder, weights, query_max_length=config.data.query_max_length,
+                                freeze_query_weights=config.model.freeze_query_weights,
+                                query_weights_origin=f"IDF of the {len(documents)} training documents of "
+                                                     f"{config.data.path}"), record
 
 
 def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
@@ -171,29 +189,41 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return sorted(changed)
 
 
-def parameter_groups(encoder: SparseEncoder, weight_decay: float, decay_embeddings: bool) -> list[dict]:
+def parameter_groups(encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool,
+                     query_weights_lr: float | None = None) -> list[dict]:
     """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
     (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
     the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
     (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
-    during training, which interacts with the head rescaling under study."""
+    during training, which interacts with the head rescaling under study. An inference-free model's
+    trainable query weight table is a third group: its own learning rate ``query_weights_lr``, no decay."""
     embeddings = encoder.model.get_input_embeddings().weight
+    table = encoder.query_weights if isinstance(encoder, InferenceFreeEncoder) else None
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
     for parameter in encoder.parameters():
-        if not parameter.requires_grad:
+        if not parameter.requires_grad or parameter is table:
             continue
         exempt = parameter.ndim < 2 or (parameter is embeddings and not decay_embeddings)
         (no_decay if exempt else decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if table is not None and table.requires_grad:
+        groups.append({"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None
+                                                                   else {"lr": query_weights_lr})})
+    return groups
 
 
 # ------------------------------------------------------------------------------------------ one step
-def encode_examples(encoder: SparseEncoder, examples: list[Example], config: TrainConfig,
+def encode_examples(encoder: RetrievalModel, examples: list[Example], config: TrainConfig,
                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart."""
+    """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart.
+    An inference-free model's queries are its weight table rows, not a forward pass."""
+    texts = [e.query for e in examples]
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.optimization.bf16):
-        queries = encoder(encoder.tokenize([e.query for e in examples], config.data.query_max_length))
+        if isinstance(encoder, InferenceFreeEncoder):
+            queries = encoder.query_forward(texts, config.data.query_max_length)
+        else:
+            queries = encoder(encoder.tokenize(texts, config.data.query_max_length))
         documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
         docs = encoder(encoder.tokenize(documents, config.data.doc_max_length))
     b = len(examples)
@@ -214,7 +244,7 @@ def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.
                  **collapse_signals(q, p, n, docs)}
     values = {name: float(value.detach()) for name, value in parts.items()}
     # InfoNCE over B in-batch positives + K own negatives, all scores equal: -log(1 / (B + K))
-    return total, values | {"uniform_loss": math.log(q.shape[0] + n.shape[1]) if config.loss.name == "infonce" else None}
+    return total, values | ({"uniform_loss": math.log(q.shape[0] + n.shape[1])} if config.loss.name == "infonce" else {})
 
 
 def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -227,7 +257,7 @@ def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: to
     return {"score_spread": scores.std(dim=1).mean(), "doc_similarity": similarity}
 
 
-def forward_backward(encoder: SparseEncoder, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
+def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
                      lambdas: tuple[float, float], config: TrainConfig,
                      processes: distributed.Processes) -> tuple[float, dict[str, float]]:
     """Gradients of the full-batch objective (see the module docstring); returns (loss, parts)."""
@@ -271,7 +301,7 @@ def split_batch(examples: list[Example], accumulation: int, processes: distribut
             for j in range(accumulation)]
 
 
-def run_evaluation(encoder: SparseEncoder, config: TrainConfig, step: int, log: MetricsLog) -> None:
+def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> None:
     """Evaluate the model as it is now with ``spladekit.evaluate`` and log the results."""
     setting = config.evaluation
     # called only when evaluation.data is set
@@ -337,20 +367,24 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
         encoder, rescaling = initial_encoder(config, training_set)
         config = resolved_config(config, rescaling)
         if processes.main:
-            warn_at_step_zero(encoder, config, training_set, rescaling)
+            head = encoder.document_encoder if isinstance(encoder, InferenceFreeEncoder) else encoder
+            warn_at_step_zero(head, config, training_set, rescaling)
         if processes.main:
             if overwrite and place is not None:
                 place.set_aside()  # only now: the config, the data and the backbone are good
             write_run_config(output, config, rescaling)
     else:
-        encoder = SparseEncoder.from_pretrained(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
+        encoder = load_model(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
+        if isinstance(encoder, InferenceFreeEncoder):
+            encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
         saved = load_config(output / CONFIG_FILE).rescale  # "auto" was resolved when the run started
         config = dataclasses.replace(config, rescale=saved)
         rescaling = (RescaleRecord(None, "none") if saved.k is None
                      else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
     encoder.to(processes.device).train(config.backbone.dropout)
     parameters = [p for p in encoder.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings), lr=opt.lr)
+    optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings,
+                                                   config.model.query_weights_lr), lr=opt.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
     start = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
     metrics = MetricsLog(output, resume_step=start) if processes.main else None

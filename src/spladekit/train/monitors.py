@@ -5,7 +5,7 @@
 the regularizer), ``lambda_q`` / ``lambda_d``, ``q_nnz`` / ``d_nnz`` (average active dimensions),
 ``head_norm`` (Frobenius norm of the vocabulary projection), ``grad_norm`` (before clipping), ``lr``,
 ``examples_per_s``; for the collapse detector ``uniform_loss`` (the ranking loss when every candidate
-scores the same: ``ln(candidates)`` for InfoNCE, null for distillation), ``score_spread`` (mean over
+scores the same: ``ln(candidates)`` for InfoNCE, absent for distillation), ``score_spread`` (mean over
 queries of the standard deviation of their in-batch candidate scores), ``doc_similarity`` (mean cosine
 between different documents of the batch), and ``collapse`` (the shape's name) on the log where one is
 declared.
