@@ -174,8 +174,8 @@ def _quickstart(backbone: str, data: str | Path, output: Path, settings: TrainCo
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
     steps = settings.optimization.steps
     say(f"[0/{STAGES}] loading {backbone} and {data} ({split})")
-    collection = load_collection(data, split)
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    collection = load_collection(data, split)
 
     say(f"[1/{STAGES}] diagnose: the MLM head's scale, and the k that brings it to a trained SPLADE's")
     report = diagnose(encoder)

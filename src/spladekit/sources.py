@@ -10,13 +10,14 @@ A remote asset is read through its library's cache (Hugging Face: ``HF_HUB_CACHE
 ``$HF_HOME/hub``; ir_datasets: ``IR_DATASETS_HOME``, default ``~/.ir_datasets``). When it is not cached and
 cannot be downloaded (``HF_HUB_OFFLINE=1``, no network), the libraries raise a dozen different errors
 (``LocalEntryNotFoundError`` wrapped in an ``OSError``, ``OfflineModeIsEnabled``, ``ConnectionError``,
-``requests.ConnectionError``, ``httpx.ConnectError``…); :func:`fetching` is the one place that turns all
+``requests.ConnectionError``, ``httpx2.ConnectError``…); :func:`fetching` is the one place that turns all
 of them into an :class:`InputError` naming the id, the cache folder and how to use a local copy instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import socket
 from collections.abc import Iterator
@@ -84,10 +85,9 @@ def _unreachable(error: BaseException) -> bool:
         import requests
 
         offline += (requests.ConnectionError, requests.Timeout)
-    with contextlib.suppress(ImportError):
-        import httpx
-
-        offline += (httpx.TransportError,)
+    for client in ("httpx", "httpx2"):  # huggingface_hub 2.x talks through httpx2
+        with contextlib.suppress(ImportError):
+            offline += (importlib.import_module(client).TransportError,)
     return any(isinstance(link, offline) for link in _chain(error))
 
 
