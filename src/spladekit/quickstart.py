@@ -118,7 +118,7 @@ def explain_diagnosis(report: HeadReport) -> str:
     fresh = (f"; {len(report.fresh_keys)} head weight(s) not in the checkpoint, freshly initialized"
              if report.fresh_keys else "")
     return (f"head {report.head_param} ({'tied to' if report.tied else 'separate from'} the input embeddings), "
-            f"mean row norm {report.mean_row_norm:.2f}; untrained, a query and its relevant document score "
+            f"mean row norm {report.mean_row_norm:.2f}; before training, a query and its relevant document score "
             f"{report.median_pair_score:.1f} (median), a trained SPLADE ~{REFERENCE_PAIR_SCORE:g}{fresh}")
 
 
