@@ -18,6 +18,8 @@ import os
 import zipfile
 from pathlib import Path
 
+import spladekit
+
 REVISION = "0" * 40  # a commit hash: any 40 hex digits
 
 
@@ -69,8 +71,10 @@ def ir_datasets_home(beir_folder: Path, home: Path, extra_docs: int = 50) -> Pat
 
 
 def offline_env(root: Path) -> dict[str, str]:
-    """Environment variables for a process that may use only the caches under ``root``."""
+    """Environment variables for a process that may use only the caches under ``root`` and imports the
+    spladekit under test (whatever the child's working directory)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "IR_DATASETS"))}
-    return env | {"HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+    return env | {"PYTHONPATH": str(Path(spladekit.__file__).resolve().parents[1]),
+                  "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                   "IR_DATASETS_HOME": str(root / "ir_datasets"), "SPLADEKIT_CACHE": str(root / "spladekit"),
                   "TRANSFORMERS_OFFLINE": "1"}
