@@ -32,6 +32,12 @@ QUERIES = {"q1": ("what is the capital of france", "d1", "d5"), "q2": ("how does
            "q5": ("treatment of diabetes", "d7", "d8"), "q6": ("price inflation", "d6", "d1")}
 
 
+@pytest.fixture(autouse=True)
+def _own_evaluation_cache(tmp_path, monkeypatch):
+    """quickstart caches the backbone's corpus vectors: in this test's folder, not the user's cache."""
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "spladekit-cache"))
+
+
 @pytest.fixture
 def beir_folder(tmp_path):
     folder = tmp_path / "tinybeir"
@@ -66,6 +72,7 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path):
     backbone = evaluate(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False,
                         show_progress=False)
     assert summary["before"]["nDCG@10"] == pytest.approx(backbone.metrics["nDCG@10"])
+    assert summary["before"]["corpus_cached"] is False and summary["before"]["cache_dir"]  # cached for the next run
     assert trained.model.config.spladekit_rescale["k"] == summary["k"]
     texts = [text for text, _, _ in QUERIES.values()]
     original = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], rescale_k=summary["k"])

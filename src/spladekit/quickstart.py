@@ -186,7 +186,9 @@ def _quickstart(backbone: str, data: str | Path, output: Path, settings: TrainCo
 
     say(f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, untrained) on {len(collection.corpus)} "
         f"documents, {len(collection.qrels)} judged queries")
-    before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
+    # the backbone as loaded is the same model on every run: its corpus vectors come from the evaluation
+    # cache after the first run (keyed by the weights' and the corpus' hashes, see spladekit.evaluate)
+    before = evaluate(encoder, collection, cache=True, show_progress=show_progress)
     say(f"      {_metrics_line(before)}")
 
     say(f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
