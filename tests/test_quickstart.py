@@ -33,9 +33,9 @@ QUERIES = {"q1": ("what is the capital of france", "d1", "d5"), "q2": ("how does
 
 
 @pytest.fixture(autouse=True)
-def _own_evaluation_cache(tmp_path, monkeypatch):
-    """quickstart caches the backbone's corpus vectors: in this test's folder, not the user's cache."""
-    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "spladekit-cache"))
+def _own_evaluation_cache(tmp_path_factory, monkeypatch):
+    """quickstart caches the backbone's corpus vectors: in a folder of this test, not the user's cache."""
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path_factory.mktemp("spladekit-cache")))
 
 
 @pytest.fixture
