@@ -22,11 +22,13 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-# The main job: diagnose -> rescale (auto-k) -> short training -> evaluate -> plots + summary, offline
-# with the assets in ../shared (on a machine with the hub, pass other --backbone / --data).
+# The main job: diagnose -> evaluate before -> train (auto-k) -> evaluate after -> plots + summary. With no
+# --backbone/--data, quickstart uses ../shared (offline copies beside the repository) when it is there, else
+# the public defaults from the Hugging Face hub and ir_datasets (README.md, "Quickstart defaults").
+# DEMO_ARGS adds or overrides options, e.g. make demo DEMO_ARGS="--steps 20".
+DEMO_ARGS ?=
 demo: install
-	$(BIN)/spladekit quickstart --backbone ../shared/models/splade-tiny-msmarco --data ../shared/data/scifact \
-		--steps 100 --output demo-output --overwrite
+	$(BIN)/spladekit quickstart --steps 100 --output demo-output --overwrite $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-output

@@ -198,6 +198,12 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # quickstart
     ("quickstart-missing-triplets", lambda t, w: ["quickstart", "--backbone", w["model"], "--data", w["beir"], "--steps", "1",
                                                   "--output", t / "OUT"], "no split 'train'"),
+    ("quickstart-offline-unknown-model-id", lambda t, w: ["quickstart", "--backbone", "nobody-spladekit/no-such-model",
+                                                          "--data", w["beir"], "--triplets", w["triplets"], "--steps", "1",
+                                                          "--output", t / "OUT"], "not in the Hugging Face cache"),
+    ("quickstart-unknown-data-id", lambda t, w: ["quickstart", "--backbone", w["model"], "--data", "nobody/no-such-data",
+                                                 "--triplets", w["triplets"], "--steps", "1", "--output", t / "OUT"],
+     "not a folder, a suite or an ir_datasets id"),
 ]
 
 
@@ -212,6 +218,10 @@ def run_cli(arguments: list, capsys, monkeypatch) -> tuple[int, str]:
 def test_bad_input_is_one_error_line_exit_2_and_nothing_written(arguments, expected, world, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
+    from huggingface_hub import constants  # read on each use: HF_HUB_OFFLINE=1 and an empty cache, in process
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # no case may wait on the network
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache" / "hf"))
     before = {path for path in tmp_path.rglob("*")}
     code, err = run_cli(arguments(tmp_path, world), capsys, monkeypatch)
     lines = [line for line in err.splitlines() if line.strip() and "%|" not in line]  # progress bars are not errors

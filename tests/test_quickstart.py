@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from conftest import shared_path
+from hub_caches import hf_cache, ir_datasets_home, offline_env
 from spladekit.data.collections import load_collection
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
+from spladekit.quickstart import DEFAULT_BACKBONE, DEFAULT_DATA
 from spladekit.run import Run
 
 DOCS = {
@@ -24,6 +31,12 @@ DOCS = {
 QUERIES = {"q1": ("what is the capital of france", "d1", "d5"), "q2": ("how does a vaccine work", "d2", "d6"),
            "q3": ("vitamin d and bone pain", "d3", "d4"), "q4": ("why does water boil", "d4", "d7"),
            "q5": ("treatment of diabetes", "d7", "d8"), "q6": ("price inflation", "d6", "d1")}
+
+
+@pytest.fixture(autouse=True)
+def _own_evaluation_cache(tmp_path_factory, monkeypatch):
+    """quickstart caches the backbone's corpus vectors: in a folder of this test, not the user's cache."""
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path_factory.mktemp("spladekit-cache")))
 
 
 @pytest.fixture
@@ -58,6 +71,7 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     backbone = evaluate(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False,
                         show_progress=False)
     assert summary["before"]["nDCG@10"] == pytest.approx(backbone.metrics["nDCG@10"])
+    assert summary["before"]["corpus_cached"] is False and summary["before"]["cache_dir"]  # cached for the next run
     assert trained.model.config.spladekit_rescale["k"] == summary["k"]
     texts = [text for text, _, _ in QUERIES.values()]
     original = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], rescale_k=summary["k"])
@@ -121,3 +135,77 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
     assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
     assert "nDCG@10" in summary["after"] and "nDCG@10" in summary["before"]
     assert f"| triplets | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------- the hub path, offline
+def _summary_ok(result: subprocess.CompletedProcess, out: Path) -> dict:
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0 < summary["after"]["nDCG@10"] <= 1 and summary["before"]["docs"] == summary["after"]["docs"]
+    return summary
+
+
+@pytest.fixture(scope="module")
+def offline_caches(tmp_path_factory) -> Path:
+    """A HF cache holding splade-tiny as the default backbone id and an ir_datasets home holding SciFact."""
+    model, scifact = shared_path("models", "splade-tiny-msmarco"), shared_path("data", "scifact")
+    root = tmp_path_factory.mktemp("caches")
+    hf_cache(model, DEFAULT_BACKBONE, root / "hf" / "hub")
+    ir_datasets_home(scifact, root / "ir_datasets")
+    return root
+
+
+@pytest.mark.realdata
+def test_quickstart_by_ids_from_the_caches(offline_caches, tmp_path):
+    """quickstart with a hub id and an ir_datasets id, HF_HUB_OFFLINE=1: resolved from the caches alone."""
+    out = tmp_path / "qs"
+    result = subprocess.run(
+        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE, "--data", DEFAULT_DATA,
+         "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")), "--steps", "2", "--output", str(out)],
+        capture_output=True, text=True, env=offline_env(offline_caches), cwd=tmp_path)
+    summary = _summary_ok(result, out)
+    assert summary["backbone"] == DEFAULT_BACKBONE and summary["data"] == DEFAULT_DATA
+    assert summary["before"]["source"] == "beir/scifact/test"
+    assert summary["before"]["queries"] == 300  # SciFact test: every judged query, read through ir_datasets
+    for stage in ("[1/5] diagnose", "[2/5] evaluate before", "[3/5] train", "[4/5] evaluate after", "[5/5] plots"):
+        assert stage in result.stderr
+    assert "auto-k: k = " in result.stderr and "training:" in result.stderr  # the k explained; a progress bar
+
+
+@pytest.mark.realdata
+def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path):
+    out = tmp_path / "qs"
+    env = offline_env(offline_caches) | {"HF_HOME": str(tmp_path / "empty")}
+    result = subprocess.run([sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE,
+                             "--data", DEFAULT_DATA, "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")),
+                             "--output", str(out)],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert DEFAULT_BACKBONE in errors[0] and str(tmp_path / "empty" / "hub") in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+    assert not out.exists()
+
+
+@pytest.mark.realdata
+def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches, tmp_path):
+    """`make demo` in a copy of the repository with no `shared` folder beside it: the public default ids,
+    resolved from the prepared caches. The copy holds what a clone of this working tree would (tracked
+    and untracked, not ignored files); the project's venv stands in for the one `make install` builds."""
+    repository = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "spladekit"
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repository,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, files):
+        if (repository / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repository / name, clone / name)
+    assert not (tmp_path / "shared").exists()
+    bin_dir = Path(sys.executable).parent
+    triplets = shared_path("data", "scifact", "triplets-train.tsv")
+    env = offline_env(offline_caches) | {"PYTHONPATH": str(clone / "src")}
+    result = subprocess.run(["make", "-o", str(bin_dir / "spladekit"), "demo", f"BIN={bin_dir}",
+                             f"DEMO_ARGS=--steps 2 --triplets {triplets}"], cwd=clone, capture_output=True,
+                            text=True, env=env)
+    summary = _summary_ok(result, clone / "demo-output")
+    assert summary["backbone"] == DEFAULT_BACKBONE and summary["data"] == DEFAULT_DATA
+    assert "| trained (" in result.stdout and "plots:" in result.stdout

@@ -20,7 +20,7 @@ from torch import nn
 from spladekit.data.lines import error_reason, expect, first_line, read_json, reading
 from spladekit.errors import InputError, SpladekitError
 from spladekit.foreign_models import resolve_model_folder
-from spladekit.sources import is_local_model
+from spladekit.sources import fetching, is_local_model
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
@@ -133,7 +133,8 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
 
     A local folder is checked first (:func:`check_model_folder`, :func:`load_config`); whatever transformers
     still cannot read (a damaged ``pytorch_model.bin``, weights of the wrong shapes, a broken tokenizer) is a
-    :class:`SpladekitError` naming the folder and the library's exception, never a traceback.
+    :class:`SpladekitError` naming the folder and the library's exception, never a traceback. A hub id that is
+    not cached and cannot be downloaded is one :class:`InputError` line (:func:`spladekit.sources.fetching`).
     Weights absent from the checkpoint (e.g. the MLM transform of an encoder saved without its head)
     are listed in ``Backbone.fresh_keys`` and logged as a warning: they are random until trained.
     Remote (custom) model code runs only with ``trust_remote_code=True``.
@@ -153,10 +154,11 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
                 check_model_folder(path)
                 source = str(path)
                 config = load_config(path, trust_remote_code)
-            model, info = AutoModelForMaskedLM.from_pretrained(
-                source, config=config, trust_remote_code=trust_remote_code, output_loading_info=True
-            )
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+            with fetching(source, "hub", "a local model folder"):
+                model, info = AutoModelForMaskedLM.from_pretrained(
+                    source, config=config, trust_remote_code=trust_remote_code, output_loading_info=True
+                )
+                tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except SpladekitError:
         raise
     except ValueError as error:

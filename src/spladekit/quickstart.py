@@ -2,7 +2,13 @@
 
 A thin composition of the pipeline's Python APIs (``diagnosis.diagnose``, ``train.train`` with
 ``rescale.k: auto``, ``evaluate.evaluate``, ``model_card``); it adds no logic of its own beyond
-choosing short-run settings. Output folder:
+choosing short-run settings and saying what happens. Five stages, each announced in one line (diagnose →
+evaluate before → train → evaluate after → plots and summary), with the head diagnosis and the chosen k
+explained in one line each, and progress bars on encoding, training and search.
+
+With no backbone and no data it uses the offline copies in the ``shared`` folder beside the repository when
+they are there, and otherwise the public defaults :data:`DEFAULT_BACKBONE` (Hugging Face hub) and
+:data:`DEFAULT_DATA` (ir_datasets), downloaded into those libraries' caches on first use. Output folder:
 
 * ``diagnose.json``  the untouched backbone's head report (norms, tying, recommended k);
 * ``triplets-train.tsv`` only when no triplets were given or found in the data folder: BM25 triplets
@@ -24,12 +30,15 @@ the previous folder is replaced only by a complete new one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from spladekit.atomic import atomic_file, final_path, open_output
 from spladekit.data.collections import load_collection
-from spladekit.diagnosis import diagnose
+from spladekit.diagnosis import AUTO_K_TOLERANCE, REFERENCE_PAIR_SCORE, HeadReport, diagnose
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
 from spladekit.evaluation_result import EvaluationResult
@@ -40,12 +49,26 @@ from spladekit.model_card import write_model_card
 from spladekit.model_loading import load_model
 from spladekit.rescaling import RescaleRecord, apply_rescale
 from spladekit.run import Run
-from spladekit.train import load_config, train
+from spladekit.sources import shared_folder
+from spladekit.train import TrainConfig, load_config, train
 
+logger = logging.getLogger("spladekit")
+
+# The public defaults, used when no ``shared`` folder is beside the repository (see README "Quickstart
+# defaults"): Google's BERT-tiny miniature (2 layers, hidden 128; Turc et al. 2019), released with the MLM head
+# it was pre-trained with, and SciFact from BEIR through ir_datasets (test split evaluated, train split for
+# training triplets).
+DEFAULT_BACKBONE = "google/bert_uncased_L-2_H-128_A-2"
+DEFAULT_DATA = "beir/scifact"
+SHARED_BACKBONE = ("models", "splade-tiny-msmarco")
+SHARED_DATA = ("data", "scifact")
+TRIPLETS_FILE = "triplets-train.tsv"
+STAGES = 5
 SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
-def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_code: bool) -> list[str]:
+def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_code: bool,
+                       progress: bool = False) -> list[str]:
     """``--set`` assignments for a short run: auto k and mode, warm-ups scaled to the number of steps."""
     warmup = max(1, steps // 10)
     return [
@@ -59,7 +82,7 @@ def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_c
         f"regularizer.warmup_steps={max(1, steps // 2)}",
         f"logging.every={max(1, min(10, steps // 5))}",
         f"logging.checkpoint_every={steps}",
-        "logging.progress=false",
+        f"logging.progress={str(progress).lower()}",
     ]
 
 
@@ -77,9 +100,46 @@ def summary_table(before: EvaluationResult, after: EvaluationResult, rescaling: 
     return "\n".join(lines)
 
 
+def default_assets() -> tuple[str, str]:
+    """(backbone, data) for a quickstart given neither: the offline copies in the ``shared`` folder beside the
+    repository when they are there (:func:`spladekit.sources.shared_folder`), else the public defaults
+    :data:`DEFAULT_BACKBONE` (hub) and :data:`DEFAULT_DATA` (ir_datasets)."""
+    shared = shared_folder()
+    backbone, data = DEFAULT_BACKBONE, DEFAULT_DATA
+    if shared is not None and shared.joinpath(*SHARED_BACKBONE).is_dir():
+        backbone = str(shared.joinpath(*SHARED_BACKBONE))
+    if shared is not None and shared.joinpath(*SHARED_DATA).is_dir():
+        data = str(shared.joinpath(*SHARED_DATA))
+    return backbone, data
+
+
+def explain_diagnosis(report: HeadReport) -> str:
+    """The head diagnosis in one line: tying, scale, the initial score against a trained SPLADE's."""
+    fresh = (f"; {len(report.fresh_keys)} head weight(s) not in the checkpoint, freshly initialized"
+             if report.fresh_keys else "")
+    return (f"head {report.head_param} ({'tied to' if report.tied else 'separate from'} the input embeddings), "
+            f"mean row norm {report.mean_row_norm:.2f}; before training, a query and its relevant document score "
+            f"{report.median_pair_score:.1f} (median), a trained SPLADE ~{REFERENCE_PAIR_SCORE:g}{fresh}")
+
+
+def explain_k(report: HeadReport) -> str:
+    """Why auto-k and the mode rule chose what they chose, in one line."""
+    scores = ", ".join(f"{float(k):g}: {score:.1f}" for k, score in report.scores_by_k.items())
+    limit = AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE
+    k = report.recommended_k
+    why_k = (f"k = {k:g}, the smallest k that brings the median score to <= {limit:g}" if report.scores_by_k.get(
+        f"{k:g}", limit + 1) <= limit else f"k = {k:g}, the largest candidate (none reaches {limit:g})")
+    if report.recommended_mode == "untie":
+        why_mode = (f"mode untie: dividing the tied matrix by {k:g} would leave the word embeddings smaller than "
+                    f"the position embeddings (ratio {report.word_position_ratio:.2f})")
+    else:
+        why_mode = "mode tied (the paper's: one matrix, divided once)"
+    return f"auto-k: {why_k} (score by k: {scores}); {why_mode}"
+
+
 def quickstart(
-    backbone: str,
-    data: str | Path,
+    backbone: str | None,
+    data: str | Path | None,
     output: str | Path,
     steps: int = 100,
     triplets: str | Path | None = None,
@@ -88,37 +148,63 @@ def quickstart(
     trust_remote_code: bool = False,
     overwrite: bool = False,
     show_progress: bool = False,
+    say: Callable[[str], None] = logger.info,
 ) -> dict:
-    """Run the whole pipeline on ``backbone`` with the BEIR folder ``data`` (train on ``triplets``, default
-    ``data/triplets-train.tsv``, else BM25 triplets mined from data's train split; evaluate on ``split``);
-    ``config`` = base training YAML."""
+    """Run the whole pipeline on ``backbone`` (hub id or folder) with the collection ``data`` (folder, ir_datasets
+    or HF id; evaluated on ``split``), training on ``triplets`` (default ``DATA/triplets-train.tsv``, else BM25
+    triplets mined from data's train split); ``config`` = base training YAML. ``None`` for backbone or data:
+    :func:`default_assets`. Each stage is announced through ``say`` (one line each); ``show_progress`` shows
+    progress bars on the long steps."""
+    defaults = default_assets()
+    backbone = backbone or defaults[0]
+    data = data or defaults[1]
+    # checked before any work; data.path is set once the triplets are found or mined
+    settings = load_config(config, training_overrides(backbone, Path(triplets or TRIPLETS_FILE), steps,
+                                                      trust_remote_code, show_progress))
     output = Path(output)
     with open_output(output, folder=True, overwrite=overwrite) as opened:
-        summary = _quickstart(backbone, data, opened.staging, steps, triplets, split, config, trust_remote_code,
-                              show_progress)
+        summary = _quickstart(backbone, data, opened.staging, settings, triplets, split, trust_remote_code,
+                              show_progress, say)
     return summary
 
 
-def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, triplets: str | Path | None, split: str,
-                config: str | Path | None, trust_remote_code: bool, show_progress: bool) -> dict:
+def _quickstart(backbone: str, data: str | Path, output: Path, settings: TrainConfig, triplets: str | Path | None, split: str,
+                trust_remote_code: bool, show_progress: bool, say: Callable[[str], None]) -> dict:
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
     triplets = Path(triplets) if triplets is not None else find_or_mine(data, output, show_progress)
-    settings = load_config(config, training_overrides(backbone, triplets, steps, trust_remote_code))
+    settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, path=str(triplets)))
+    steps = settings.optimization.steps
+    say(f"[0/{STAGES}] loading {backbone} and {data} ({split})")
+    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
     collection = load_collection(data, split)
 
-    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    say(f"[1/{STAGES}] diagnose: the MLM head's scale, and the k that brings it to a trained SPLADE's")
     report = diagnose(encoder)
     with atomic_file(output / "diagnose.json") as stream:
         stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    before = evaluate(encoder, collection, cache=False, show_progress=show_progress)
+    say(f"      {explain_diagnosis(report)}")
+    say(f"      {explain_k(report)}")
 
+    say(f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, untrained) on {len(collection.corpus)} "
+        f"documents, {len(collection.qrels)} judged queries")
+    # the backbone as loaded is the same model on every run: its corpus vectors come from the evaluation
+    # cache after the first run (keyed by the weights' and the corpus' hashes, see spladekit.evaluate)
+    before = evaluate(encoder, collection, cache=True, show_progress=show_progress)
+    say(f"      {_metrics_line(before)}")
+
+    say(f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
+        f"divided by auto-k")
     run = train(settings, output / "train")
     initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
     trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
+
+    say(f"[4/{STAGES}] evaluate after: the trained model ({run.rescale.describe()})")
     after = evaluate(trained, collection, cache=False, show_progress=show_progress, run_path=output / "run.trec")
+    say(f"      {_metrics_line(after)}")
     explain_run(trained, collection, Run.read(output / "run.trec"), output / "explain",
                 model_name=str(final_path(run.model)))
 
+    say(f"[5/{STAGES}] plots and summary")
     resolved = run.config
     recipe = {"loss": resolved.loss.name, "regularizer": resolved.regularizer.name,
               "lambda_q": resolved.regularizer.lambda_q, "lambda_d": resolved.regularizer.lambda_d,
@@ -127,12 +213,20 @@ def _quickstart(backbone: str, data: str | Path, output: Path, steps: int, tripl
     write_model_card(run.model, trained, training=recipe | {"initial_head_norms": initial_norms},
                      evaluation=[after])
     table = summary_table(before, after, run.rescale, steps)
+    plots = final_path(run.output / "plots")
     summary = {"backbone": str(backbone), "data": str(data), "split": split, "recommended_k": report.recommended_k,
                "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(final_path(run.model)),
-               "plots": str(final_path(run.output / "plots")), "before": before.to_dict(), "after": after.to_dict()}
+               "plots": str(plots), "plot_files": [str(plots / path.name) for path in sorted(
+                   (run.output / "plots").glob("*.png"))],
+               "before": before.to_dict(), "after": after.to_dict()}
     with atomic_file(output / "summary.json") as stream:
         stream.write(json.dumps(summary, indent=2, default=str) + "\n")
     with atomic_file(output / "summary.md") as stream:
         stream.write(f"# spladekit quickstart: {backbone} on {collection.name} ({split})\n\n{table}\n\n"
                      f"Training curves: `{summary['plots']}`. Model: `{summary['model']}` (see its README.md).\n")
     return summary | {"table": table}
+
+
+def _metrics_line(result: EvaluationResult) -> str:
+    metrics = ", ".join(f"{name} {result.metrics[name]:.4f}" for name in result.measures)
+    return f"{metrics}; {result.efficiency['avg_d_nnz']:.0f} terms per document, {result.efficiency['avg_q_nnz']:.0f} per query"

@@ -12,10 +12,13 @@ from spladekit.cli.app import app, emit
 
 @app.command()
 def quickstart(
-    backbone: str = typer.Option("../shared/models/splade-tiny-msmarco", help="Hub id or folder of a masked-LM "
-                                 "model (default: the offline splade-tiny beside the repository)."),
-    data: Path = typer.Option(Path("../shared/data/scifact"), help="BEIR folder (corpus.jsonl, queries.jsonl, "
-                              "qrels/SPLIT.tsv) to evaluate on; also holds the training triplets by default."),
+    backbone: Optional[str] = typer.Option(None, help="Hub id or folder of a masked-LM model. Default: "
+                                           "../shared/models/splade-tiny-msmarco when a `shared` folder is beside "
+                                           "the repository, else google/bert_uncased_L-2_H-128_A-2 from the hub."),
+    data: Optional[str] = typer.Option(None, help="Collection to evaluate on: BEIR folder (corpus.jsonl, "
+                                       "queries.jsonl, qrels/SPLIT.tsv; also holds triplets-train.tsv), ir_datasets "
+                                       "id or HF dataset id. Default: ../shared/data/scifact when a `shared` folder "
+                                       "is beside the repository, else beir/scifact (ir_datasets)."),
     output: Path = typer.Option(Path("runs/quickstart"), "--output", "-o", help="Folder for diagnose.json, "
                                 "train/ (model, metrics, plots), summary.json and summary.md."),
     steps: int = typer.Option(100, min=1, help="Training steps (batch 8, CPU-friendly)."),
@@ -28,12 +31,21 @@ def quickstart(
     overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
                                            "to run its own Python code."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Announce each stage and show progress "
+                                  "bars on encoding, training and search (on stderr)."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
     from spladekit.quickstart import quickstart as run_quickstart
 
+    def say(line: str) -> None:
+        if progress:
+            typer.echo(line, err=True)
+
     summary = run_quickstart(backbone, data, output, steps=steps, triplets=triplets, split=split, config=config,
-                             trust_remote_code=trust_remote_code, overwrite=overwrite)
+                             trust_remote_code=trust_remote_code, overwrite=overwrite, show_progress=progress,
+                             say=say)
+    plots = "".join(f"\n  {path}" for path in summary["plot_files"]) or f" {summary['plots']} (none written)"
     emit(summary, as_json, None, f"{summary['table']}\n\nrecommended k {summary['recommended_k']:g}, trained "
-         f"with k {summary['k']:g}; summary in {output / 'summary.md'}, plots in {summary['plots']}")
+         f"with k {summary['k'] or 1:g}; summary in {output / 'summary.md'}, model in {summary['model']}\n"
+         f"plots:{plots}")

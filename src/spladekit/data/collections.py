@@ -9,6 +9,9 @@
 3. an ``ir_datasets`` id (``beir/scifact/test``, ``msmarco-passage/dev/small``…); ``<id>/<split>`` is
    used when that id exists.
 
+A download that fails (not cached, offline) is one error line naming the id and the cache folder
+(:func:`spladekit.sources.fetching`).
+
 ``reconcile`` drops judgments that name unknown queries or documents and queries without judgments,
 and reports how many of each it dropped.
 """
@@ -26,7 +29,7 @@ from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus
 from spladekit.data.lines import check_id
 from spladekit.data.trec import Qrels, read_qrels
 from spladekit.errors import InputError, SpladekitError
-from spladekit.sources import is_local
+from spladekit.sources import fetching, is_local
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -35,6 +38,7 @@ logger = logging.getLogger("spladekit")
 
 DEFAULT_MEASURES = ("nDCG@10", "RR@10", "R@1000")
 HF_CONFIGS = ("corpus", "queries", "qrels")
+LOCAL_COPY = "a local collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv)"
 # Collections whose queries are documents of the corpus: ArguAna (find the counter-argument of an argument)
 # and Quora (find the duplicates of a question). There the query's own document is removed from its
 # ranking, as BEIR (``EvaluateRetrieval.evaluate(ignore_identical_ids=True)``) and naver/splade do; left in,
@@ -209,8 +213,10 @@ def _load_collection(spec: str | Path, split: str, name: str | None) -> Collecti
         raise InputError("no such collection folder", path)
     spec = str(spec)
     if is_hf_dataset_id(spec):
-        return load_hf_dataset(spec.removeprefix("hf:"), name or spec.rsplit("/", 1)[-1])
-    return load_ir_dataset(spec, split, name)
+        with fetching(spec, "hub", LOCAL_COPY):
+            return load_hf_dataset(spec.removeprefix("hf:"), name or spec.rsplit("/", 1)[-1])
+    with fetching(spec, "ir_datasets", LOCAL_COPY):  # ir_datasets downloads on first use
+        return load_ir_dataset(spec, split, name)
 
 
 def reconcile(collection: Collection) -> Collection:

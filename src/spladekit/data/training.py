@@ -23,6 +23,7 @@ iterator state, and every process of a distributed run knows the whole batch.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Mapping
@@ -37,6 +38,7 @@ from spladekit.data.lines import check_id, numbered_lines
 from spladekit.data.teacher import READERS, TeacherScores
 from spladekit.data.triplets import read_triplets
 from spladekit.errors import InputError, SpladekitError
+from spladekit.sources import Library, fetching
 
 if TYPE_CHECKING:
     from spladekit.train.config import DataConfig
@@ -268,6 +270,7 @@ def _hf(data: DataConfig) -> TrainingSet:
 
 LOADERS = {"triplets": _text_triplets, "id_triplets": _id_triplets, "hard_negatives": _hard_negatives,
            "ir_datasets": _ir_datasets, "hf": _hf}
+REMOTE_FORMATS: dict[str, Library] = {"ir_datasets": "ir_datasets", "hf": "hub"}  # whose cache holds them
 
 
 def _attach_teacher(training_set: TrainingSet, data: DataConfig) -> None:
@@ -280,8 +283,11 @@ def _attach_teacher(training_set: TrainingSet, data: DataConfig) -> None:
 
 
 def load_training_set(data: DataConfig) -> TrainingSet:
-    """Read the training data described by a ``DataConfig``."""
-    training_set = LOADERS[data.format](data)
+    """Read the training data described by a ``DataConfig`` (a failed download: one error line, see
+    :func:`spladekit.sources.fetching`)."""
+    library = REMOTE_FORMATS.get(data.format)
+    with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
+        training_set = LOADERS[data.format](data)
     if not training_set.groups:
         raise InputError("no training examples (every query lacks a positive or a negative)", data.path)
     if data.teacher is not None:

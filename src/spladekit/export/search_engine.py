@@ -29,6 +29,7 @@ from spladekit.atomic import atomic_directory, final_path
 from spladekit.errors import SpladekitError
 from spladekit.export.feature_names import escape_feature
 from spladekit.foreign_models import resolve_model_folder
+from spladekit.sources import fetching
 from spladekit.vectors_ops import keep_top_weights, quantize
 
 # engine → accepted field types, the first being the default
@@ -170,7 +171,8 @@ def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = Fa
     local = Path(model)
     source = resolve_model_folder(local).path if local.exists() else str(model)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
+        with fetching(str(source), "hub", "a local model folder"):
+            tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as error:
         raise SpladekitError(f"{model}: cannot load its tokenizer: {str(error).splitlines()[0]}") from None
     tokens = tokenizer.convert_ids_to_tokens(list(range(size)))
