@@ -11,6 +11,8 @@ import pytest
 from collection_files import DOCS, QRELS, QUERIES, write_beir, write_hf_parquet
 from spladekit.data import SUITES, load_collection, load_suite, read_qrels, reconcile
 from spladekit.data import collections as collections_module
+from spladekit.data.collections import Collection
+from spladekit.data.jsonl import Corpus
 from spladekit.errors import InputError, SpladekitError
 from spladekit.run import Run
 
@@ -211,8 +213,13 @@ def test_reconcile_drops_and_counts(tmp_path, caplog):
         reconcile(load_collection(write_beir(tmp_path / "none", qrels={"q404": {"d1": 1}})))
 
 
+SELF_HIT_FREE = Collection("stand-in", Corpus([], []), Corpus([], []), {})
+
+
 def test_hf_id_dispatch(monkeypatch):
     seen = []
-    monkeypatch.setattr(collections_module, "load_hf_dataset", lambda source, name=None: seen.append(source))
-    load_collection("zeta-alpha-ai/NanoSciFact")
+    monkeypatch.setattr(collections_module, "load_hf_dataset",
+                        lambda source, name=None: seen.append(source) or SELF_HIT_FREE)
+    assert load_collection("zeta-alpha-ai/NanoSciFact").drop_self_hits is False
     assert seen == ["zeta-alpha-ai/NanoSciFact"]
+    assert load_collection("zeta-alpha-ai/NanoArguAna").drop_self_hits is True

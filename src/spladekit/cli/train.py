@@ -47,12 +47,12 @@ def mine(
                                 "Written atomically."),
     layout: str = typer.Option("triplets", "--format", help="triplets: TSV query<TAB>positive<TAB>negative of texts, "
                                "one line per negative (data.format: triplets); hard_negatives: the sentence-transformers "
-                               "jsonl {qid, pos, neg: {system: [ids]}} with its queries and documents "
+                               "jsonl {qid, pos, neg: {system: list of ids}} with its queries and documents "
                                "(data.format: hard_negatives)."),
     split: str = typer.Option("train", help="Qrels split to mine (an ir_datasets id must have it: ID/SPLIT)."),
     negatives: int = typer.Option(4, help="Negatives drawn per (query, positive) pair (triplets) or per query "
                                   "(hard_negatives); fewer when the rank range holds fewer candidates."),
-    rank_range: str = typer.Option("1:30", help="A:B: draw negatives from ranks A to B of the retriever's ranking, "
+    rank_range: str = typer.Option("1:30", help="Draw negatives from ranks A to B (written A:B) of the retriever's ranking, "
                                    "1-based, both included (1:30 = top 30; 10:100 skips the first 9)."),
     exclude_judged: bool = typer.Option(False, "--exclude-judged", help="Also exclude documents judged not relevant "
                                         "(relevance <= 0); judged-relevant ones are always excluded."),

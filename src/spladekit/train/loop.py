@@ -73,6 +73,7 @@ from spladekit.train.monitors import (
     EVALUATION_FILE,
     CollapseDetector,
     MetricsLog,
+    read_metrics,
     write_plots,
 )
 from spladekit.train.regularizers import REGULARIZERS, flops, lambda_at
@@ -391,6 +392,9 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
     evaluate_every = config.evaluation.every if config.evaluation.data else None
     evaluations = MetricsLog(output, start, EVALUATION_FILE) if processes.main and config.evaluation.data else None
     collapse = CollapseDetector(encoder.vocab_size, log.collapse_patience, log.explosion_factor)
+    for logged in read_metrics(output) if start else []:  # a resumed run's detector picks up where it stopped
+        if logged["step"] <= start:
+            collapse.update(logged)
     progress = tqdm(total=opt.steps, initial=start, desc="training", unit="step",
                     disable=not (processes.main and log.progress))
     regularizer = config.regularizer
