@@ -1,5 +1,5 @@
 """What the backends that delegate to a vector database (qdrant, milvus) share: exact top-k with ties
-ordered by row, and the engine's errors as one line.
+ordered by row, the engine's errors as one line, and how their index folder is kept (:class:`EngineFiles`).
 
 Both engines score sparse vectors by the exact dot product, but order equal scores their own way and
 return at most ``limit`` hits. spladekit orders equal scores by lower row, like the ``exact`` backend; when
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,6 +20,25 @@ import scipy.sparse as sp
 from spladekit.errors import SpladekitError
 from spladekit.index.base import SearchResult
 from spladekit.vectors_ops import best_first
+
+DOCUMENTS_FILE = "documents.npz"
+
+
+class EngineFiles:
+    """The index folder of an engine backend: in embedded mode the document matrix, from which the
+    collection is rebuilt on load (the engines' own files are databases they rewrite while open, or
+    pickles); against a server nothing but the manifest's parameters (the server holds the documents)."""
+
+    SERVER_PARAM: ClassVar[str]  # the parameter naming the server (its URL); empty = embedded mode
+    documents: sp.csr_matrix | None
+
+    def write_files(self, folder: Path) -> None:
+        if self.documents is not None:
+            sp.save_npz(folder / DOCUMENTS_FILE, self.documents, compressed=False)
+
+    @classmethod
+    def stored_files(cls, params: dict) -> tuple[str, ...]:
+        return () if params.get(cls.SERVER_PARAM) else (DOCUMENTS_FILE,)
 
 # query rows, limit -> per row: (document rows, scores) in any order
 EngineQuery = Callable[[list[int], int], list[tuple[np.ndarray, np.ndarray]]]

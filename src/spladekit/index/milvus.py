@@ -32,13 +32,12 @@ from tqdm.auto import tqdm
 
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
-from spladekit.index.engine import engine_errors, tie_resolved_top_k
+from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
 
-DOCUMENTS_FILE = "documents.npz"
 DEFAULT_COLLECTION = "spladekit"
 DEFAULT_FIELD = "splade"
 ROW_FIELD, ID_FIELD = "row", "doc_id"
@@ -86,10 +85,11 @@ def _sparse_rows(vectors: sp.csr_matrix, start: int, end: int) -> list[dict[int,
             for row in range(start, end)]
 
 
-class MilvusSearcher(Searcher):
+class MilvusSearcher(EngineFiles, Searcher):
     """A Milvus collection with one sparse vector per document (primary key = document row)."""
 
     name = "milvus"
+    SERVER_PARAM = "uri"
     summary = "Milvus collection (sparse inverted index, exact top-k); embedded Milvus Lite unless uri is set"
     declared_params = (
         Param("collection", str, DEFAULT_COLLECTION, "Milvus collection to create"),
@@ -201,15 +201,6 @@ class MilvusSearcher(Searcher):
                                       self.n_docs, MAX_TOP_K)
 
     # ------------------------------------------------------------------ persistence
-    def write_files(self, folder: Path) -> None:
-        """Milvus Lite: the document matrix (the collection is rebuilt from it); server: nothing (params)."""
-        if self.documents is not None:
-            sp.save_npz(folder / DOCUMENTS_FILE, self.documents, compressed=False)
-
-    @classmethod
-    def stored_files(cls, params: dict) -> tuple[str, ...]:
-        return () if params.get("uri") else (DOCUMENTS_FILE,)  # a server index holds its documents remotely
-
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> MilvusSearcher:
         params = cls.defaults() | manifest["params"]

@@ -28,14 +28,13 @@ import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
-from spladekit.index.engine import engine_errors, tie_resolved_top_k
+from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
     from qdrant_client.models import SparseVector
 
-DOCUMENTS_FILE = "documents.npz"
 DEFAULT_COLLECTION = "spladekit"
 DEFAULT_VECTOR = "splade"
 API_KEY_VARIABLE = "QDRANT_API_KEY"
@@ -73,10 +72,11 @@ def _sparse(models: ModuleType, vectors: sp.csr_matrix, row: int) -> SparseVecto
     return models.SparseVector(indices=vectors.indices[start:end].tolist(), values=vectors.data[start:end].tolist())
 
 
-class QdrantSearcher(Searcher):
+class QdrantSearcher(EngineFiles, Searcher):
     """A Qdrant collection with one named sparse vector per document (point id = document row)."""
 
     name = "qdrant"
+    SERVER_PARAM = "url"
     summary = "Qdrant collection, exact top-k; embedded in memory unless url is set"
     declared_params = (
         Param("collection", str, DEFAULT_COLLECTION, "Qdrant collection to create"),
@@ -168,15 +168,6 @@ class QdrantSearcher(Searcher):
             return tie_resolved_top_k(lambda rows, limit: self._query(queries, rows, limit), queries, k, self.n_docs)
 
     # ------------------------------------------------------------------ persistence
-    def write_files(self, folder: Path) -> None:
-        """Local mode: the document matrix (the collection is rebuilt from it); server: nothing (params)."""
-        if self.documents is not None:
-            sp.save_npz(folder / DOCUMENTS_FILE, self.documents, compressed=False)
-
-    @classmethod
-    def stored_files(cls, params: dict) -> tuple[str, ...]:
-        return () if params.get("url") else (DOCUMENTS_FILE,)  # a server index holds its documents remotely
-
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> QdrantSearcher:
         params = cls.defaults() | manifest["params"]
