@@ -35,7 +35,7 @@ from spladekit.data.jsonl import Corpus
 from spladekit.evaluate import evaluate
 from spladekit.export import export_sentence_transformers
 from spladekit.index import build_index
-from spladekit.model_loading import RetrievalModel, encode_queries, load_model
+from spladekit.model_loading import RetrievalModel, load_model
 from spladekit.train import load_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def query_speed(models: dict[str, RetrievalModel], queries: list[str], batch_siz
     for _ in range(repeats):
         for name, model in models.items():
             started = time.perf_counter()
-            encode_queries(model, queries, batch_size=batch_size, show_progress=False)
+            model.encode_query(queries, batch_size=batch_size, show_progress=False)
             best[name] = min(best[name], time.perf_counter() - started)
     return {name: len(queries) / seconds for name, seconds in best.items()}
 
@@ -105,12 +105,12 @@ def router_round_trip(free: RetrievalModel, collection: Collection, args: argpar
     queries, documents = collection.queries.texts, collection.corpus.texts[:args.router_docs]
     reloaded = load_model(exported)
     vectors = {
-        "spladekit": (encode_queries(free, queries, show_progress=False),
+        "spladekit": (free.encode_query(queries, show_progress=False),
                       free.encode(documents, max_length=args.max_length, show_progress=False)),
         "sentence-transformers": (to_csr(st_model.encode_query(queries, convert_to_tensor=True)),
                                   to_csr(st_model.encode_document(documents, batch_size=args.batch_size,
                                                                   convert_to_tensor=True))),
-        "spladekit reload": (encode_queries(reloaded, queries, show_progress=False),
+        "spladekit reload": (reloaded.encode_query(queries, show_progress=False),
                              reloaded.encode(documents, max_length=args.max_length, show_progress=False)),
     }
     hits = {name: build_index(d, "exact").search(q, k=100) for name, (q, d) in vectors.items()}
