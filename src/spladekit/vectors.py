@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +95,12 @@ class Vectors:
         if matrix.shape[0] != len(ids):
             raise InputError(f"{matrix.shape[0]} vectors in {VECTORS_FILE} but {len(ids)} ids in {IDS_FILE}", folder)
         return cls(matrix, ids, meta)
+
+    @classmethod
+    def blocks(cls, folder: str | Path) -> Iterator[Vectors]:
+        """The vectors of a folder block by block, in row order, for readers that need not hold the whole
+        corpus (index builders that stream): a single-file folder is one block."""
+        yield cls.load(folder)
 
 
 # meta.json values that commands read (index, export, the evaluation cache), when present.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,13 @@ class Searcher(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def build(cls, documents: sp.csr_matrix, **params: Any) -> Searcher: ...
+
+    @classmethod
+    def build_from_blocks(cls, blocks: Iterable[sp.csr_matrix], **params: Any) -> Searcher:
+        """Build from consecutive row blocks of the document matrix (the shards of a vectors folder, in
+        order). Default: stack them and :meth:`build`; a backend that can index a stream overrides it so no
+        whole-corpus copy is made in Python."""
+        return cls.build(sp.vstack(list(blocks), format="csr"), **params)
 
     @abc.abstractmethod
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
