@@ -61,14 +61,25 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
     assert result.returncode == 0, result.stderr
     with (output / "results.csv").open() as stream:
         rows = list(csv.DictReader(stream))
-    assert sorted((row["backbone"], row["k"], row["mode"]) for row in rows) == [
+    trained = [row for row in rows if not row["baseline"]]
+    assert sorted((row["backbone"], row["k"], row["mode"]) for row in trained) == [
         ("bert", "1.0", "none"), ("bert", "8.0", "tied"), ("roberta-x8", "1.0", "none"), ("roberta-x8", "8.0", "tied")]
-    for row in rows:
+    for row in trained:
         assert 0.0 <= float(row["collection nDCG@10"]) <= 1.0 and float(row["FLOPS"]) >= 0
         assert float(row["final loss"]) == json.loads(
             (output / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+    # baseline rows: each backbone untouched (the inflated variant as training starts from it) and BM25
+    baselines = {row["run"]: row for row in rows if row["baseline"]}
+    assert sorted(baselines) == ["bert__untouched", "bm25", "roberta-x8__untouched"]
+    assert all(0.0 <= float(row["collection nDCG@10"]) <= 1.0 for row in baselines.values())
+    bm25 = json.loads((output / "baselines" / "bm25" / "evaluation.json").read_text())["collection"]
+    assert bm25["per_query"]["nDCG@10"] and "flops" not in bm25
     markdown = (output / "results.md").read_text()
     assert "| bert__k8__tied |" in markdown and "Best k per backbone" in markdown and "spladekit report" in markdown
+    # every claimed contrast is tested over queries: best vs k=1, vs the untouched backbone, vs BM25
+    assert "Paired tests over queries" in markdown
+    for backbone in ("bert", "roberta-x8"):
+        assert f"| {backbone}__untouched |" in markdown.split("Paired tests")[1]
     for name in ("loss_curves.png", "effectiveness_vs_flops.png", "head_norm_vs_best_k.png"):
         assert (output / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -183,6 +194,11 @@ def test_safe_backbone_names_are_accepted(tmp_path, name):
     ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 1 or null"),
     ({"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
      "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0"),
+    ({"seeds": []}, "seeds: give at least one seed"),
+    ({"seeds": [1, -1]}, "seeds: each seed must be an integer in [0, 2^32), got -1"),
+    ({"seeds": [1, 1.5]}, "seeds: each seed must be an integer in [0, 2^32), got 1.5"),
+    ({"seeds": [2, 2]}, "seeds: repeated seed in [2, 2]"),
+    ({"baselines": ["bm26"]}, "baselines: unknown baseline 'bm26'; choose from untouched, bm25"),
 ])
 def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, changes, message):
     with pytest.raises(InputError, match=re.escape(message)):
@@ -296,3 +312,65 @@ def test_report_of_the_undamaged_stand_in_works(tmp_path, cli):
     result = cli("report", tmp_path / "sweep")
     assert result.returncode == 0, result.stderr
     assert "| bert__k8__tied |" in (tmp_path / "sweep" / "results.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------- seeds and paired tests
+def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
+    from spladekit.experiments.sweep import _run_values
+
+    sweep = load_sweep(write_sweep(tmp_path, seeds=[3, 5]))
+    cells = plan(sweep)
+    assert [cell.name for cell in cells][:4] == ["bert__k1__none__s3", "bert__k1__none__s5", "bert__k8__tied__s3",
+                                                 "bert__k8__tied__s5"]
+    assert len(cells) == 8 and {cell.seed for cell in cells} == {3, 5}
+    assert _run_values(sweep, sweep.backbones[0], cells[1], "x")["seed"] == 5
+    assert "seed" not in _run_values(load_sweep(write_sweep(tmp_path)), sweep.backbones[0], Cell("bert", 1.0, "none"), "x")
+
+
+def write_seeded_run(sweep_dir: Path, name: str, values: list[float], seed: int | None, baseline: str | None = None) -> None:
+    """A finished run (or baseline) whose per-query nDCG@10 are ``values`` (queries q0, q1, …)."""
+    run_dir = sweep_dir / ("baselines" if baseline else "runs") / name
+    run_dir.mkdir(parents=True)
+    backbone, k, mode = ("bm25", 1.0, "none") if name == "bm25" else (name.split("__")[0], 1.0, "none")
+    if not baseline:
+        k, mode = float(name.split("__")[1][1:]), name.split("__")[2]
+    record = {"run": name, "backbone": backbone, "k": k, "mode": mode, "status": "done", "seed": seed,
+              "baseline": baseline, "auto_k": 8.0, "initial_head_norm": 10.0}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    result = {"name": "collection", "measures": ["nDCG@10"], "nDCG@10": sum(values) / len(values),
+              "per_query": {"nDCG@10": {f"q{i}": value for i, value in enumerate(values)}}}
+    (run_dir / "evaluation.json").write_text(json.dumps({"collection": result}))
+
+
+def test_report_gives_mean_and_std_over_seeds_and_tests_each_claimed_contrast(tmp_path):
+    import numpy as np
+
+    sweep_dir = tmp_path / "sweep"
+    rng = np.random.default_rng(0)
+    base = rng.random(30) * 0.7
+    for seed in (0, 1):
+        noise = rng.normal(0, 0.01, 30)
+        write_seeded_run(sweep_dir, f"bert__k1__none__s{seed}", list(base + noise), seed)
+        write_seeded_run(sweep_dir, f"bert__k8__tied__s{seed}", list(base + 0.1 + noise), seed)
+        write_seeded_run(sweep_dir, f"bert__k8__untie__s{seed}", list(base + 0.1 - noise), seed)
+    write_seeded_run(sweep_dir, "bert__untouched", list(base - 0.2), None, "untouched")
+    write_seeded_run(sweep_dir, "bm25", list(base), None, "bm25")
+    report = build_report(sweep_dir)
+
+    assert report["best"]["bert"]["best_run"] in ("bert__k8__tied", "bert__k8__untie")
+    tests = {(test["a"], test["b"]): test for test in report["paired_tests"]}
+    best = report["best"]["bert"]["best_run"]
+    assert set(tests) == {(best, "bert__k1__none"), (best, "bert__untouched"), (best, "bm25"),
+                          ("bert__k8__tied", "bert__k8__untie")}
+    against_k1 = tests[(best, "bert__k1__none")]
+    assert against_k1["units"] == 30 and against_k1["p_value"] < 0.001
+    assert against_k1["mean_difference"] == pytest.approx(0.1, abs=0.01)  # seeds averaged per query
+    assert tests[("bert__k8__tied", "bert__k8__untie")]["p_value"] > 0.05  # tied and untie differ by noise only
+    markdown = (sweep_dir / "results.md").read_text()
+    configurations = markdown.split("## Configurations")[1].split("##")[0]
+    assert "| bert__k8__tied | 2 |" in configurations and " ± " in configurations
+    with (sweep_dir / "results.csv").open() as stream:
+        rows = list(csv.DictReader(stream))
+    assert [row["run"] for row in rows][-2:] == ["bert__untouched", "bm25"]
+    assert {row["configuration"] for row in rows if not row["baseline"]} == {"bert__k1__none", "bert__k8__tied",
+                                                                               "bert__k8__untie"}

@@ -31,7 +31,7 @@ import io
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,21 @@ def compute_metrics(qrels: Qrels, run: Run, measures: Iterable[str]) -> tuple[di
     return means, per_query
 
 
+def score_hits(collection: Collection, doc_indices: np.ndarray, scores: np.ndarray, k: int,
+               run_path: str | Path | None, tag: str) -> tuple[dict[str, float], dict, int | None]:
+    """Score a retrieval of ``collection`` (n_queries × depth document rows, -1 = none, best first): the
+    run, without self-hits when the collection drops them (then cut to ``k``), written to ``run_path`` when
+    given; returns (means, per-query values, self-hits dropped or None)."""
+    run = Run.from_hits(collection.queries.ids, collection.corpus.ids, doc_indices, scores)
+    self_hits = None
+    if collection.drop_self_hits:
+        run, self_hits = run.without_self_hits(k)
+    if run_path is not None:
+        run.write(run_path, tag=tag)
+    metrics, per_query = compute_metrics(collection.qrels, run, collection.measures)
+    return metrics, per_query, self_hits
+
+
 # ----------------------------------------------------------------------------------------- evaluation
 def evaluate(
     encoder: RetrievalModel,
@@ -209,13 +224,8 @@ def evaluate(
     # one hit more where the query's own document is dropped, so k others remain
     hits = searcher.search_batches(queries, k=k + collection.drop_self_hits, show_progress=show_progress)
     search_seconds = time.perf_counter() - started
-    run = Run.from_hits(collection.queries.ids, collection.corpus.ids, hits.doc_indices, hits.scores)
-    self_hits = None
-    if collection.drop_self_hits:
-        run, self_hits = run.without_self_hits(k)
-    if run_path is not None:
-        run.write(run_path, tag=f"spladekit-{backend}")
-    metrics, per_query = compute_metrics(collection.qrels, run, collection.measures)
+    metrics, per_query, self_hits = score_hits(collection, hits.doc_indices, hits.scores, k, run_path,
+                                               f"spladekit-{backend}")
     return EvaluationResult(
         name=collection.name,
         measures=tuple(collection.measures),
@@ -242,27 +252,45 @@ def evaluate(
     )
 
 
+# (collection, run path or None) → its result: a model's evaluation, or a baseline's (spladekit.baselines)
+EvaluateOne = Callable[[Collection, Path | None], EvaluationResult]
+
+
 def evaluate_suite(encoder: RetrievalModel, collections: Iterable[Collection], name: str,
                    run_dir: str | Path | None = None, **options: Any) -> EvaluationResult:
     """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
-    members = {}
-    for collection in collections:
-        run_path = None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
-        members[collection.name] = evaluate(encoder, collection, run_path=run_path, **options)
+    return suite_result(lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
+                        collections, name, run_dir)
+
+
+def suite_result(evaluate_one: EvaluateOne, collections: Iterable[Collection], name: str,
+                 run_dir: str | Path | None = None) -> EvaluationResult:
+    """``evaluate_one`` on each collection (runs to RUN_DIR/<collection>.trec); the mean of their results."""
+    members = {collection.name: evaluate_one(collection, run_file(run_dir, collection)) for collection in collections}
     if not members:
         raise SpladekitError(f"suite {name!r}: no collection to evaluate")
     return EvaluationResult.mean_of(name, members)
+
+
+def run_file(run_dir: str | Path | None, collection: Collection) -> Path | None:
+    return None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
 
 
 def evaluate_data(encoder: RetrievalModel, data: str | Path, split: str = "test",
                   data_root: str | Path | None = None, run_dir: str | Path | None = None,
                   **options: Any) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
+    return evaluate_resolved(lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
+                             data, split, data_root, run_dir)
+
+
+def evaluate_resolved(evaluate_one: EvaluateOne, data: str | Path, split: str = "test",
+                      data_root: str | Path | None = None, run_dir: str | Path | None = None) -> EvaluationResult:
+    """``evaluate_one`` on ``data``: a suite's collections (and their mean), or one collection."""
     if str(data) in SUITES:
-        return evaluate_suite(encoder, load_suite(str(data), data_root, split), str(data), run_dir, **options)
+        return suite_result(evaluate_one, load_suite(str(data), data_root, split), str(data), run_dir)
     collection = load_collection(data, split)
-    run_path = None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
-    return evaluate(encoder, collection, run_path=run_path, **options)
+    return evaluate_one(collection, run_file(run_dir, collection))
 
 
 # ----------------------------------------------------------------------------------------- display

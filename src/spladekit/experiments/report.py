@@ -5,6 +5,13 @@ nDCG@10, BEIR-13 and NanoBEIR mean nDCG@10 — when those suites were evaluated,
 per other evaluated collection and their mean (``mean nDCG@10``), retrieval FLOPS and average nnz
 (means over the evaluated collections), and the final training loss. The *primary* effectiveness used
 to pick each backbone's best k is the first present of NanoBEIR, BEIR-13, the mean over collections.
+
+Baseline rows (``baselines/``: each untouched backbone, BM25) follow the runs. A sweep with several
+``seeds`` has one row per run and one *configuration* per backbone × k × mode × recipe overrides: its
+mean ± std over seeds picks the best k. Each claimed contrast is tested over queries
+(:mod:`spladekit.experiments.stats`, per-query values pooled over the evaluated collections): per
+backbone, its best configuration against no rescaling (k = 1), against the untouched backbone and against
+BM25, and tied against untie at every k that ran both.
 """
 
 from __future__ import annotations
@@ -16,9 +23,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from spladekit.atomic import atomic_file
 from spladekit.errors import SpladekitError
-from spladekit.experiments.sweep import RUN_FILE, read_evaluation, read_run_record
+from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
+from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
 from spladekit.train.monitors import read_metrics
 
 if TYPE_CHECKING:
@@ -36,23 +46,28 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def run_folders(directory: Path) -> list[Path]:
+    """The trained runs' folders, then the baselines' (every one holding a ``run.json``)."""
+    return [path.parent for folder in ("runs", BASELINES_DIR) for path in sorted((directory / folder).glob(f"*/{RUN_FILE}"))]
+
+
 def collect(directory: str | Path) -> list[dict]:
-    """One row per run folder with a ``run.json`` (unfinished runs are listed with their status).
+    """One row per run folder with a ``run.json`` (unfinished runs are listed with their status), the
+    baselines last.
 
     Every file is read strictly (``read_run_record``, ``EvaluationResult.from_dict``, ``read_metrics``):
     a damaged one is an error naming it, before anything is written."""
     directory = Path(directory)
-    run_files = sorted((directory / "runs").glob(f"*/{RUN_FILE}"))
-    if not run_files:
+    if not list((directory / "runs").glob(f"*/{RUN_FILE}")):
         raise SpladekitError(f"{directory}: no runs/*/{RUN_FILE}: not a sweep folder (see `spladekit sweep`)")
     rows = []
-    for run_file in run_files:
-        record = read_run_record(run_file)
-        run_dir = run_file.parent
+    for run_dir in run_folders(directory):
+        record = read_run_record(run_dir / RUN_FILE)
         evaluation = read_evaluation(run_dir)
         metrics = read_metrics(run_dir, numbers=LOSS_NUMBERS)
-        row = {key: record.get(key) for key in ("run", "backbone", "backbone_id", "k", "mode", "inflate", "status",
-                                                 "initial_head_norm", "auto_k")}
+        row = {key: record.get(key) for key in ("run", "baseline", "backbone", "backbone_id", "k", "mode", "seed",
+                                                 "inflate", "status", "initial_head_norm", "auto_k")}
+        row["configuration"] = configuration_name(row)
         row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
         for suite, measure, column in SUITE_COLUMNS:
             row[column] = evaluation[suite].metrics.get(measure) if suite in evaluation else None
@@ -69,6 +84,72 @@ def collect(directory: str | Path) -> list[dict]:
     return rows
 
 
+def configuration_name(row: dict) -> str:
+    """A run's name without its seed: the runs of one configuration share it."""
+    name = str(row["run"])
+    return name.rsplit("__s", 1)[0] if row.get("seed") is not None and name.endswith(f"__s{row['seed']}") else name
+
+
+def query_values(run_dir: Path) -> dict[Unit, float]:
+    """One value per judged query of every evaluated collection (a suite's members one by one): nDCG@10
+    where the collection measures it, else its first measure (RR@10 for MS MARCO dev)."""
+    values: dict[Unit, float] = {}
+    for name, result in read_evaluation(run_dir).items():
+        for collection, member in (result.members or {name: result}).items():
+            measure = "nDCG@10" if "nDCG@10" in member.per_query else next(iter(member.per_query), None)
+            values |= {(collection, query): value for query, value in member.per_query.get(measure or "", {}).items()}
+    return values
+
+
+def configurations(rows: list[dict]) -> list[dict]:
+    """One row per configuration (runs sharing everything but the seed): the mean of every number over its
+    finished seeds, ``seeds`` (how many) and ``<primary> std``."""
+    metric = primary_metric(rows)
+    grouped: dict[str, list[dict]] = {}
+    for row in rows:
+        grouped.setdefault(row["configuration"], []).append(row)
+    result = []
+    for name, members in grouped.items():
+        finished = [row for row in members if metric is not None and row.get(metric) is not None] or members
+        merged = dict(finished[0]) | {"run": name, "seed": None, "seeds": len(finished)}
+        for key, value in finished[0].items():
+            if isinstance(value, float) and key not in ("k", "inflate", "auto_k", "initial_head_norm"):
+                merged[key] = _mean(row.get(key) for row in finished)
+        if metric is not None:
+            scores = [row[metric] for row in finished if row.get(metric) is not None]
+            merged[f"{metric} std"] = float(np.std(scores, ddof=1)) if len(scores) > 1 else None
+        result.append(merged)
+    return result
+
+
+def paired_tests(directory: Path, rows: list[dict], summary: dict) -> list[PairedTest]:
+    """The report's claims, tested over queries: per backbone its best configuration against k = 1, the untouched
+    backbone and BM25; tied against untie at each k that ran both (configurations: seeds averaged per query)."""
+    runs_of: dict[str, list[Path]] = {}
+    for row in rows:
+        if row.get("status") == "done":
+            folder = BASELINES_DIR if row.get("baseline") else "runs"
+            runs_of.setdefault(row["configuration"], []).append(directory / folder / row["run"])
+    values = {name: seed_mean(query_values(path) for path in paths) for name, paths in runs_of.items()}
+    configs = [row for row in configurations(rows) if not row.get("baseline")]
+    pairs: list[tuple[str, str]] = []
+    for backbone, item in summary.items():
+        best = item["best_run"]
+        pairs += [(best, row["run"]) for row in configs if row["backbone"] == backbone and row["mode"] == "none"]
+        pairs += [(best, name) for name in (f"{backbone}__untouched", "bm25")]
+    by_setting: dict[tuple, dict[str, str]] = {}
+    for row in configs:
+        by_setting.setdefault((row["backbone"], row["k"], row.get("set")), {})[row["mode"]] = row["run"]
+    pairs += [(modes["tied"], modes["untie"]) for modes in by_setting.values() if {"tied", "untie"} <= modes.keys()]
+    tests = []
+    for a, b in dict.fromkeys(pairs):
+        if a != b and a in values and b in values:
+            test = paired_test(values[a], values[b], a, b)
+            if test is not None:
+                tests.append(test)
+    return tests
+
+
 def _loss_roughness(metrics: list[dict]) -> float | None:
     """Standard deviation of the logged loss over the second half of training (smoothness)."""
     losses = [m["loss"] for m in metrics[len(metrics) // 2:]]
@@ -80,9 +161,11 @@ def _loss_roughness(metrics: list[dict]) -> float | None:
 
 def _columns(rows: list[dict]) -> list[str]:
     columns = []
+    seeded = any(row["configuration"] != row["run"] for row in rows)  # else the column repeats `run`
     for row in rows:
         for key, value in row.items():
-            if key not in columns and (value is not None or key in ("run", "backbone", "k", "mode")):
+            if key not in columns and (value is not None or key in ("run", "backbone", "k", "mode")) \
+                    and (key != "configuration" or seeded):
                 columns.append(key)
     return columns
 
@@ -95,8 +178,9 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
     """Per backbone: the finished run with the highest primary metric, the ranking of k, and auto-k."""
     metric = primary_metric(rows)
     summary = {}
-    for backbone in dict.fromkeys(row["backbone"] for row in rows):
-        runs = [row for row in rows if row["backbone"] == backbone and row.get(metric) is not None]
+    configs = [row for row in configurations(rows) if not row.get("baseline")]
+    for backbone in dict.fromkeys(row["backbone"] for row in configs):
+        runs = [row for row in configs if row["backbone"] == backbone and row.get(metric) is not None]
         if not runs:
             continue
         ranked = sorted(runs, key=lambda row: -row[metric])
@@ -121,7 +205,7 @@ def _format(value: object, column: str = "") -> str:
     return str(value)
 
 
-def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
+def markdown(rows: list[dict], summary: dict, command: str | None, tests: list[PairedTest] | None = None) -> str:
     columns = _columns(rows)
     out = io.StringIO()
     out.write("# Sweep results\n\n")
@@ -140,6 +224,22 @@ def markdown(rows: list[dict], summary: dict, command: str | None) -> str:
             out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {_format(item['best_k'], 'k')} | {item['best_mode']} | "
                       f"{_format(item[metric])} | {', '.join(_format(k, 'k') for k in item['k_ranking'])} | {_format(item['auto_k'], 'k')} | "
                       f"{item['auto_k_in_best_two']} |\n")
+    configs = configurations(rows)
+    if metric and len(configs) < len(rows):
+        out.write(f"\n## Configurations (mean ± std of {metric} over seeds)\n\n| configuration | seeds | {metric} |\n|---|---|---|\n")
+        for row in configs:
+            spread = row.get(f"{metric} std")
+            out.write(f"| {row['run']} | {row['seeds']} | {_format(row.get(metric))}"
+                      f"{'' if spread is None else f' ± {spread:.4f}'} |\n")
+    if tests:
+        out.write("\n## Paired tests over queries (pooled over the evaluated collections)\n\n"
+                  "Per query nDCG@10 (RR@10 where that is the collection's measure), seeds averaged per query; "
+                  "randomization (sign-flip) test, two-sided, 9,999 resamples; 95 % bootstrap CI of the mean "
+                  "difference A − B.\n\n| A | B | queries | mean A | mean B | A − B | 95 % CI | p |\n"
+                  "|---|---|---|---|---|---|---|---|\n")
+        for test in tests:
+            out.write(f"| {test.a} | {test.b} | {test.units} | {test.mean_a:.4f} | {test.mean_b:.4f} | "
+                      f"{test.mean_difference:+.4f} | [{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {test.p_value:.4f} |\n")
     out.write("\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
               "![head norm vs best k](plots/head_norm_vs_best_k.png)\n")
     return out.getvalue()
@@ -163,6 +263,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
 
     plots = directory / "plots"
     plots.mkdir(exist_ok=True)
+    rows = [row for row in rows if not row.get("baseline")]  # no training curve, no k
     backbones = list(dict.fromkeys(row["backbone"] for row in rows))
     written = []
 
@@ -226,13 +327,14 @@ def build_report(directory: str | Path, command: str | None = None) -> dict:
     directory = Path(directory)
     rows = collect(directory)
     summary = best_k(rows)
+    tests = paired_tests(directory, rows, summary)
     columns = _columns(rows)
     with atomic_file(directory / "results.csv") as stream:
         writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     with atomic_file(directory / "results.md") as stream:
-        stream.write(markdown(rows, summary, command))
+        stream.write(markdown(rows, summary, command, tests))
     plots = plot(directory, rows, summary)
     return {"rows": len(rows), "csv": str(directory / "results.csv"), "markdown": str(directory / "results.md"),
-            "plots": [str(p) for p in plots], "best": summary}
+            "plots": [str(p) for p in plots], "best": summary, "paired_tests": [test.to_dict() for test in tests]}

@@ -9,6 +9,8 @@ Sweep file (YAML)::
       - {name: tiny-x8, id: ../shared/models/splade-tiny-msmarco, inflate: 8}   # head × 8 (simulated)
     k: [1, 4, 16, auto]          # default grid; a backbone may set its own `k:` / `modes:`
     modes: [tied, untie]          # or auto: spladekit.rescaling picks per k (head.recommend_mode)
+    seeds: [0, 1, 2]              # optional: every run once per seed (default: the recipe's seed, once)
+    baselines: [untouched, bm25]  # default: both; [] for none
     evaluation: {data: [../shared/data/scifact, dl19], split: test, max_length: 256}
 
 Layout of ``OUTPUT``: ``plan.json``; ``backbones/<name>/`` (simulated inflated-head variants) and
@@ -16,7 +18,10 @@ Layout of ``OUTPUT``: ``plan.json``; ``backbones/<name>/`` (simulated inflated-h
 training output (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``, ``checkpoints/``),
 ``evaluation.json`` and ``run.json`` (``status: done`` once finished). Re-running skips finished runs
 and resumes interrupted ones from their last checkpoint. k = 1 means "no rescaling", so it is run once
-per backbone (mode ``none``).
+per backbone (mode ``none``). With ``seeds``, run names end in ``__s<seed>`` and the recipe's ``seed`` is
+set per run. ``baselines/<backbone>__untouched/`` (the backbone as it is, before any training) and
+``baselines/bm25/`` hold ``evaluation.json`` (per-query values included) and ``run.json`` on the same data,
+for the report's baseline rows and paired tests (:mod:`spladekit.experiments.stats`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from spladekit.train.loop import train
 log = logging.getLogger("spladekit")
 
 RUN_FILE = "run.json"
+BASELINES = ("untouched", "bm25")
+BASELINES_DIR = "baselines"
 EVALUATION_FILE = "evaluation.json"
 PLAN_FILE = "plan.json"
 # A backbone name becomes a folder (backbones/<name>/) and part of run names (<name>__k<k>__<mode>).
@@ -86,6 +93,8 @@ class SweepConfig:
     backbones: list = field(default_factory=list)
     k: list = field(default_factory=lambda: [1])
     modes: list = field(default_factory=lambda: ["tied"])
+    seeds: Union[list, None] = None  # training seeds, each run once per seed (None: the recipe's seed)
+    baselines: list = field(default_factory=lambda: list(BASELINES))  # rows next to the trained runs
     evaluation: SweepEvaluation = field(default_factory=SweepEvaluation)
 
 
@@ -96,11 +105,12 @@ class Cell:
     backbone: str
     k: Union[float, str]  # a number or "auto"
     mode: str  # tied | untie | none (k = 1)
+    seed: Union[int, None] = None  # None: the recipe's seed (a sweep without `seeds`)
 
     @property
     def name(self) -> str:
         k = self.k if isinstance(self.k, str) else f"{self.k:g}"
-        return f"{self.backbone}__k{k}__{self.mode}"
+        return f"{self.backbone}__k{k}__{self.mode}" + ("" if self.seed is None else f"__s{self.seed}")
 
 
 # ------------------------------------------------------------------------------------------- config
@@ -115,6 +125,19 @@ def _check_modes(values: list, where: str, source: str) -> list[str]:
     for mode in values:
         if mode not in (*RESCALE_MODES, "auto"):
             raise InputError(f"{where}: rescale mode must be 'tied', 'untie' or 'auto', got {mode!r}", source)
+    return list(values)
+
+
+def _check_seeds(values: list | None, source: str) -> list[int] | None:
+    if values is None:
+        return None
+    if not values:
+        raise InputError("seeds: give at least one seed, or leave 'seeds' out (the recipe's seed)", source)
+    for seed in values:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+            raise InputError(f"seeds: each seed must be an integer in [0, 2^32), got {seed!r}", source)
+    if len(set(values)) != len(values):
+        raise InputError(f"seeds: repeated seed in {values}", source)
     return list(values)
 
 
@@ -150,6 +173,10 @@ def load_sweep(path: str | Path) -> SweepConfig:
     sweep.backbones = specs
     sweep.k = [_check_k(k, "k", source) for k in sweep.k]
     sweep.modes = _check_modes(sweep.modes, "modes", source)
+    sweep.seeds = _check_seeds(sweep.seeds, source)
+    for baseline in sweep.baselines:
+        if baseline not in BASELINES:
+            raise InputError(f"baselines: unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}", source)
     # The recipe (with each backbone's overrides) must be a valid training config once a backbone is filled in.
     for spec in specs:
         config_from_dict(_run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id, source), source)
@@ -157,12 +184,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
 
 
 def plan(sweep: SweepConfig) -> list[Cell]:
-    """Every run of the grid, k = 1 once per backbone (no rescaling: the mode does not apply)."""
+    """Every run of the grid, k = 1 once per backbone (no rescaling: the mode does not apply), once per seed."""
     cells: list[Cell] = []
+    seeds: list[int | None] = list(sweep.seeds) if sweep.seeds else [None]
     for spec in sweep.backbones:
         for k in spec.k or sweep.k:
             modes = ["none"] if k == 1.0 else (spec.modes or sweep.modes)
-            cells.extend(Cell(spec.name, k, mode) for mode in modes)
+            cells.extend(Cell(spec.name, k, mode, seed) for mode in modes for seed in seeds)
     return list(dict.fromkeys(cells))
 
 
@@ -176,6 +204,8 @@ def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_pat
     if cell.mode != "none":
         rescale["mode"] = cell.mode
     values["rescale"] = rescale
+    if cell.seed is not None:
+        values["seed"] = cell.seed
     return values
 
 
@@ -336,7 +366,12 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
 
 def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
     """The trained model of one run on every evaluation dataset or suite, keyed by its name."""
-    encoder = load_model(run_dir / "model", trust_remote_code=trust_remote_code)  # either kind (model.kind)
+    return evaluate_model(run_dir / "model", sweep, trust_remote_code)
+
+
+def evaluate_model(model: str | Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
+    """A model (folder or hub id) on every evaluation dataset or suite of the sweep, keyed by its name."""
+    encoder = load_model(model, trust_remote_code=trust_remote_code)  # either kind (model.kind)
     evaluation = sweep.evaluation
     results = {}
     for data in evaluation.data:
@@ -351,7 +386,8 @@ RUN_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
     "run": str, "backbone": str, "k": (float, str), "mode": str, "status": str, "backbone_id": (str, type(None)),
     "inflate": (float, type(None)), "inflate_mode": (str, type(None)), "set": (list, type(None)),
     "initial_head_norm": (float, type(None)), "auto_k": (float, type(None)),
-    "initial_median_pair_score": (float, type(None)), "seconds": (float, type(None)),
+    "initial_median_pair_score": (float, type(None)), "seconds": (float, type(None)), "seed": (int, type(None)),
+    "baseline": (str, type(None)),
 }
 # backbones/<name>.diagnose.json: the numbers a run record copies from it.
 HEAD_REPORT_NUMBERS = ("frobenius_norm", "recommended_k", "median_pair_score")
@@ -409,7 +445,7 @@ def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     record = {"run": cell.name, "backbone": cell.backbone, "backbone_id": spec.id, "inflate": spec.inflate,
               "inflate_mode": spec.inflate_mode, "set": spec.set, "k": cell.k, "mode": cell.mode, "status": "training",
               "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"],
-              "initial_median_pair_score": initial["median_pair_score"]}
+              "initial_median_pair_score": initial["median_pair_score"], "seed": config.seed}
     began = time.perf_counter()
     if not (run_dir / "model" / "config.json").is_file():
         resume = bool(checkpoints(run_dir)) if run_dir.is_dir() else False
@@ -434,4 +470,48 @@ def run_sweep(sweep: SweepConfig, output: str | Path, only: list[str] | None = N
     for index, cell in enumerate(cells, start=1):
         log.info("[%d/%d] %s", index, len(cells), cell.name)
         records.append(run_cell(cell, sweep, output))
+    for name, spec in baseline_plan(sweep):
+        if not only or any(part in name for part in only):
+            log.info("baseline %s", name)
+            run_baseline(name, spec, sweep, output)
     return records
+
+
+def baseline_plan(sweep: SweepConfig) -> list[tuple[str, BackboneSpec | None]]:
+    """(baseline name, its backbone or None for BM25) for every baseline the sweep asks for."""
+    planned: list[tuple[str, BackboneSpec | None]] = []
+    if "untouched" in sweep.baselines:
+        planned += [(f"{spec.name}__untouched", spec) for spec in sweep.backbones]
+    if "bm25" in sweep.baselines:
+        planned.append(("bm25", None))
+    return planned
+
+
+def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, output: Path) -> dict:
+    """Evaluate one baseline into ``baselines/<name>/`` (skipped when done): the backbone as training starts
+    from it (an inflated variant included), or BM25."""
+    from spladekit.baselines import evaluate_bm25_data
+
+    folder = output / BASELINES_DIR / name
+    record_path = folder / RUN_FILE
+    if record_path.is_file() and read_run_record(record_path).get("status") == "done":
+        return read_run_record(record_path)
+    evaluation = sweep.evaluation
+    if spec is None:
+        results = {}
+        for data in evaluation.data:
+            result = evaluate_bm25_data(data, split=evaluation.split, data_root=evaluation.data_root)
+            results[result.name] = result
+        record = {"run": name, "backbone": "bm25", "baseline": "bm25", "k": 1.0, "mode": "none"}
+    else:
+        with remote_code_hint(f"set trust_remote_code: true on backbone {spec.name!r} in the sweep file"):
+            path, initial = prepare_backbone(spec, output)
+            results = evaluate_model(path, sweep, spec.trust_remote_code)
+        record = {"run": name, "backbone": spec.name, "backbone_id": spec.id, "baseline": "untouched",
+                  "inflate": spec.inflate, "inflate_mode": spec.inflate_mode, "k": 1.0, "mode": "none",
+                  "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"]}
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_json(folder / EVALUATION_FILE, {key: result.to_dict() for key, result in results.items()})
+    record["status"] = "done"
+    _write_json(record_path, record)
+    return record
