@@ -59,6 +59,20 @@ def test_run_folder_holds_the_contract(unregularized):
     assert encoder.encode(["paris is the capital"], show_progress=False).nnz > 0
 
 
+def test_logged_norms_are_those_of_the_weights_after_the_update(unregularized):
+    from spladekit.head import embedding_norms, head_norms
+
+    last = read_metrics(unregularized)[-1]
+    model = SparseEncoder.from_pretrained(unregularized / "model").model
+    head = head_norms(model)
+    assert last["head_mean_row_norm"] == pytest.approx(head["mean_row_norm"], rel=1e-6)
+    assert (last["bias_mean"], last["bias_std"]) == pytest.approx((head["bias_mean"], head["bias_std"]), rel=1e-5)
+    norms = embedding_norms(model)
+    assert (last["word_norm"], last["position_norm"]) == pytest.approx((norms["word_norm"], norms["position_norm"]), rel=1e-6)
+    first = read_metrics(unregularized)[0]
+    assert first["word_norm"] != last["word_norm"]  # training moved the word table (tied: the head too)
+
+
 def test_loss_decreases(unregularized):
     losses = [r["ranking_loss"] for r in read_metrics(unregularized)]
     assert mean(losses[-4:]) < mean(losses[:4]) - 0.2

@@ -156,14 +156,21 @@ def word_position_ratio(model: PreTrainedModel) -> float | None:
     positions outweigh the words ("input damage"). None for models without an absolute position table
     (rotary ones such as ModernBERT and Ettin), where the embedding LayerNorm makes the input scale-free.
     """
+    norms = embedding_norms(model)
+    words, positions = norms["word_norm"], norms["position_norm"]
+    return words / positions if positions else None
+
+
+def embedding_norms(model: PreTrainedModel) -> dict[str, float | None]:
+    """Median row norm of the input word embeddings (``word_norm``) and of the absolute position embeddings
+    (``position_norm``; None for rotary models, which have no such table): logged during training, since
+    tied rescaling and weight decay both move the word table (= the head when tied)."""
     tables = [module for name, module in model.named_modules()
               if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)]
-    if not tables:
-        return None
     # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
     words = cast(nn.Embedding, model.get_input_embeddings()).weight.detach().float().norm(dim=1).median()
-    positions = tables[0].weight.detach().float().norm(dim=1).median()
-    return float(words / positions) if positions > 0 else None
+    positions = tables[0].weight.detach().float().norm(dim=1).median() if tables else None
+    return {"word_norm": float(words), "position_norm": None if positions is None else float(positions)}
 
 
 def recommend_mode(model: PreTrainedModel, k: float) -> str:

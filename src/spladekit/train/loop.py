@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ from spladekit.diagnosis import diagnose, step0_warnings
 from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
 from spladekit.evaluate import evaluate_data
-from spladekit.head import head_norms
+from spladekit.head import embedding_norms, head_norms
 from spladekit.inference_free import InferenceFreeEncoder, idf_weights
 from spladekit.model_loading import RetrievalModel, load_model
 from spladekit.rescaling import RescaleRecord, apply_rescale, resolve_rescale
@@ -77,6 +77,9 @@ from spladekit.train.monitors import (
     write_plots,
 )
 from spladekit.train.regularizers import REGULARIZERS, flops, lambda_at
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger("spladekit")
 
@@ -287,6 +290,14 @@ def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]]
     return float(total.detach()), parts
 
 
+def weight_norms(model: PreTrainedModel) -> dict[str, float | None]:
+    """What rescaling moved, tracked over training: the head's Frobenius and mean row norm, its bias mean and
+    spread, and the word / position embedding norms (:func:`spladekit.head.embedding_norms`)."""
+    head = head_norms(model)
+    return {"head_norm": head["frobenius_norm"], "head_mean_row_norm": head["mean_row_norm"],
+            "bias_mean": head["bias_mean"], "bias_std": head["bias_std"], **embedding_norms(model)}
+
+
 def _last_good(output: Path) -> str:
     """Where to restart from: the newest checkpoint (checkpoints are verified finite when written)."""
     last = checkpoints(output)
@@ -429,7 +440,7 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
             progress.set_postfix(loss=f"{loss:.4f}", q_nnz=f"{parts['q_nnz']:.0f}", d_nnz=f"{parts['d_nnz']:.0f}")
             if step % log.every == 0 or step == opt.steps:
                 record = {"step": step, "loss": loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
-                          "head_norm": head_norms(encoder.model)["frobenius_norm"], "grad_norm": grad_norm, "lr": lr,
+                          **weight_norms(encoder.model), "grad_norm": grad_norm, "lr": lr,
                           "examples_per_s": opt.batch_size / (time.perf_counter() - began)}
                 found = collapse.update(record)
                 if metrics is not None:

@@ -133,6 +133,8 @@ PLOTS = {
     "lambda.png": ("regularization weight λ", ["lambda_q", "lambda_d"]),
     "nnz.png": ("average active dimensions", ["q_nnz", "d_nnz"]),
     "head_norm.png": ("head Frobenius norm", ["head_norm"]),
+    "norms.png": ("median / mean row norms", ["head_mean_row_norm", "word_norm", "position_norm"]),
+    "bias.png": ("vocabulary bias", ["bias_mean", "bias_std"]),
 }
 
 
@@ -151,9 +153,13 @@ def write_plots(output: Path) -> list[Path]:
     written = []
     steps = [record["step"] for record in records]
     for name, (title, keys) in PLOTS.items():
+        # a key absent or null in every record (a model without bias or position table, an older log) is left out
+        keys = [key for key in keys if any(record.get(key) is not None for record in records)]
+        if not keys:
+            continue
         figure, axes = plt.subplots(figsize=(6, 3.5))
         for key in keys:
-            axes.plot(steps, [record[key] for record in records], label=key)
+            axes.plot(steps, [math.nan if record.get(key) is None else record[key] for record in records], label=key)
         axes.set_xlabel("step")
         axes.set_title(title)
         axes.legend()
