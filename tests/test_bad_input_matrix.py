@@ -91,6 +91,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                                  "--output", t / "OUT.json"], "config.json"),
     ("diagnose-bad-sample", lambda t, w: ["diagnose", w["model"], "--sample", write(t / "bad" / "s.tsv", "only one field\n"),
                                           "--output", t / "OUT.json"], "s.tsv:1:"),
+    ("diagnose-bad-mode", lambda t, w: ["diagnose", w["model"], "--mode", "sideways", "--output", t / "OUT.json"],
+     "mode must be one of tied, untie, auto, got 'sideways'"),
     # rescale
     ("rescale-k-zero", lambda t, w: ["rescale", w["model"], "--k", "0", "--output", t / "OUT"], "k must be a positive"),
     ("rescale-k-text", lambda t, w: ["rescale", w["model"], "--k", "abc", "--output", t / "OUT"], "k must be a positive"),

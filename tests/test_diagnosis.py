@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from spladekit import SparseEncoder
 from spladekit.backbone import vocab_projection
@@ -48,3 +49,30 @@ def test_inflated_head_raises_recommended_k(tmp_path):
 )
 def test_recommend_k_rule(scores, expected):
     assert recommend_k(scores) == expected
+
+
+def test_tied_candidates_are_scored_on_the_model_tied_rescaling_really_produces(tmp_path):
+    from spladekit.head import rescale
+
+    folder = build_tiny_model("bert", tmp_path / "big", head_scale=16.0)
+    encoder = SparseEncoder.from_pretrained(folder)
+    before = vocab_projection(encoder.model).weight.detach().clone()
+    tied = diagnose(encoder, mode="tied")
+    assert torch.equal(vocab_projection(encoder.model).weight, before)  # restored bit for bit
+    head_only = diagnose(encoder, mode="untie")
+    for k in (4, 16):
+        really = SparseEncoder.from_pretrained(folder)
+        rescale(really.model, k, mode="tied")
+        assert tied.scores_by_k[str(k)] == pytest.approx(round(diagnose(really, mode="tied").median_pair_score, 4), abs=2e-4)
+        # the input embeddings shrink with the head: a head-only proxy scores a different model
+        assert head_only.scores_by_k[str(k)] != pytest.approx(tied.scores_by_k[str(k)], rel=1e-3)
+    assert (tied.k_scored_as, head_only.k_scored_as) == ("tied", "untie")
+    assert tied.scores_by_k["1"] == head_only.scores_by_k["1"]
+
+
+def test_auto_mode_scores_k_under_the_mode_it_recommends(tmp_path):
+    encoder = SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "big", head_scale=16.0))
+    report = diagnose(encoder)  # mode auto
+    expected = diagnose(encoder, mode=report.recommended_mode)
+    assert report.k_scored_as == report.recommended_mode
+    assert (report.recommended_k, report.scores_by_k) == (expected.recommended_k, expected.scores_by_k)

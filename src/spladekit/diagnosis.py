@@ -6,18 +6,25 @@ positive-pair score on the sample is at most ``AUTO_K_TOLERANCE × REFERENCE_PAI
 healthy trained SPLADE model (see the constants). Inflated initial scores make the ranking loss saturate
 at once and the FLOPS term then fight it (the collapse of Jang et al., arXiv:2606.18811); the smallest
 such k avoids over-rescaling, where all scores become equal.
+
+Each candidate is scored on the model that rescaling by k in the given mode actually produces: ``untie``
+(or any untied head) divides the head only, so the hidden states are computed once; ``tied`` on a tied
+model divides the shared matrix, which also shrinks the input word embeddings and so changes the hidden
+states: the backbone runs once per candidate on the divided matrix (restored bit for bit afterwards).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from spladekit.backbone import is_tied, projection_path, vocab_projection
 from spladekit.encoder import SparseEncoder
-from spladekit.head import head_norms, recommend_mode, rescale_record, word_position_ratio
+from spladekit.errors import SpladekitError
+from spladekit.head import RESCALE_MODES, head_norms, recommend_mode, rescale_record, word_position_ratio
 from spladekit.pooling import splade_max_pool_fused
 
 # auto-k: candidates, and the typical initial query–document score of a healthy SPLADE model: the median
@@ -67,6 +74,7 @@ class HeadReport:
     mean_score: float
     recommended_k: float
     recommended_mode: str = "tied"
+    k_scored_as: str = "tied"  # the rescaling each candidate k was scored under: tied (shared matrix) or untie (head only)
     word_position_ratio: float | None = None
     rescale: dict | None = None
     fresh_keys: list[str] = field(default_factory=list)
@@ -76,19 +84,43 @@ class HeadReport:
         return asdict(self)
 
 
-def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int) -> dict[float, torch.Tensor]:
-    """SPLADE vectors with the head divided by each candidate k (hidden states computed once).
+def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int,
+                 mode: str = "untie") -> dict[float, torch.Tensor]:
+    """SPLADE vectors of the model rescaled by each candidate k in ``mode`` (see the module docstring).
 
     Pooled with the fused implementation, which never holds the B × L × V logits: on the 64 training pairs
     that ``rescale.k: auto`` diagnoses (128 tokens, V = 30,522) the naive one held 1 GB of logits and three
     more tensors of that size, and the training's peak memory was this diagnosis (3.5 GB)."""
     batch = encoder.tokenize(texts, max_length=max_length)
     with torch.inference_mode():
+        if mode == "tied" and is_tied(encoder.model):
+            pooled = {}
+            for k in candidates:
+                with _shared_matrix_divided(encoder, k):
+                    hidden, projection = encoder.head_inputs(batch)
+                    pooled[k] = splade_max_pool_fused(hidden, projection.weight, projection.bias,
+                                                      batch["attention_mask"]).float()
+            return pooled
         hidden, projection = encoder.head_inputs(batch)
         return {
             k: splade_max_pool_fused(hidden, projection.weight / k, projection.bias, batch["attention_mask"]).float()
             for k in candidates
         }
+
+
+@contextlib.contextmanager
+def _shared_matrix_divided(encoder: SparseEncoder, k: float) -> Iterator[None]:
+    """The tied head/input matrix divided by k for the block (as ``rescale(mode="tied")`` leaves it), then the
+    original values restored from a copy (exactly, whatever k)."""
+    weight = vocab_projection(encoder.model).weight
+    original = weight.detach().clone()
+    with torch.no_grad():
+        weight.div_(k)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            weight.copy_(original)
 
 
 def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFERENCE_PAIR_SCORE,
@@ -110,17 +142,40 @@ def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFEREN
     return float(ordered[-1])
 
 
-def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256) -> HeadReport:
-    """Head statistics plus initial SPLADE statistics on (query, document) sample pairs."""
+def check_scoring_mode(mode: str) -> str:
+    if mode not in (*RESCALE_MODES, "auto"):
+        raise SpladekitError(f"mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
+    return mode
+
+
+def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256,
+             mode: str = "auto") -> HeadReport:
+    """Head statistics plus initial SPLADE statistics on (query, document) sample pairs.
+
+    ``mode``: the rescaling each candidate k is scored under (``tied``, ``untie``), or ``auto``: scored as
+    tied, and when :func:`spladekit.head.recommend_mode` then picks ``untie`` for that k, scored again head
+    only and the k of that scoring recommended (the model that will really be trained)."""
+    check_scoring_mode(mode)
     model = encoder.model
     queries = [query for query, _ in pairs]
     documents = [document for _, document in pairs]
     applied = rescale_record(model)
-    # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
-    query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length)
-    document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length)
-    pair_scores: dict[float, float] = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
-    q, d = query_vectors[1], document_vectors[1]
+
+    def scores(scored_as: str) -> tuple[dict[float, float], torch.Tensor, torch.Tensor]:
+        # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
+        query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length, scored_as)
+        document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length, scored_as)
+        by_k = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
+        return by_k, query_vectors[1], document_vectors[1]
+
+    scored_as = "tied" if mode == "auto" else mode
+    pair_scores, q, d = scores(scored_as)
+    k = recommend_k(pair_scores)
+    recommended_mode = recommend_mode(model, k) if mode == "auto" else mode
+    if recommended_mode != scored_as:
+        scored_as = recommended_mode
+        pair_scores, q, d = scores(scored_as)
+        k = recommend_k(pair_scores)
     active = torch.cat([q[q > 0], d[d > 0]])
     projection = vocab_projection(model)
     config = model.config
@@ -138,8 +193,9 @@ def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_P
         max_term_weight=float(active.max()) if active.numel() else 0.0,
         median_pair_score=pair_scores[1],
         mean_score=float((q @ d.T).mean()),
-        recommended_k=(k := recommend_k(pair_scores)),
-        recommended_mode=recommend_mode(model, k),
+        recommended_k=k,
+        recommended_mode=recommended_mode,
+        k_scored_as=scored_as if is_tied(model) else "untie",
         word_position_ratio=word_position_ratio(model),
         rescale=applied,
         fresh_keys=list(encoder.fresh_keys),

@@ -49,7 +49,8 @@ def resolve_rescale(encoder: SparseEncoder, k: object, mode: str = "tied", resca
     auto = []
     value = parse_k(k, allow_auto=True)
     if value == "auto":
-        value = diagnose(encoder, pairs, max_length=max_length).recommended_k
+        # scored on the model this mode really produces (tied: the input embeddings shrink too)
+        value = diagnose(encoder, pairs, max_length=max_length, mode=mode).recommended_k
         auto.append("k")
         log.info("rescale.k: auto resolved to %g (diagnose's recommended_k on %d pairs)", value, len(pairs))
     assert isinstance(value, float)

@@ -59,6 +59,9 @@ def diagnose(
     ),
     sample_size: int = typer.Option(64, min=1, help="How many pairs of --sample to use."),
     max_length: int = typer.Option(256, min=8, help="Token limit for the sample texts."),
+    mode: str = typer.Option("auto", help="The rescaling each candidate k of auto-k is scored under: tied (the "
+                             "shared matrix: with a tied head the input embeddings shrink too), untie (the head "
+                             "only), or auto: tied, then untie when the recommended mode for that k is untie."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -66,16 +69,17 @@ def diagnose(
 ) -> None:
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
-    from spladekit.diagnosis import SAMPLE_PAIRS
+    from spladekit.diagnosis import SAMPLE_PAIRS, check_scoring_mode
     from spladekit.diagnosis import diagnose as diagnose_head
     from spladekit.encoder import SparseEncoder
 
+    check_scoring_mode(mode)
     with opened(output, folder=False, overwrite=overwrite) as staged:
         pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS
         if sample is not None:
             pairs = [(t.query, t.positive) for t in read_triplets(sample, limit=sample_size, min_negatives=0)]
         encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
-        report = diagnose_head(encoder, pairs, max_length=max_length)
+        report = diagnose_head(encoder, pairs, max_length=max_length, mode=mode)
         write_json(staged, report.to_dict())
     emit(report.to_dict(), as_json, None, _report_text(report))
 
