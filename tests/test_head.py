@@ -11,7 +11,7 @@ from spladekit import SparseEncoder
 from spladekit.backbone import is_tied, vocab_projection
 from spladekit.errors import SpladekitError
 from spladekit.head import divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record, word_position_ratio
-from tiny_models import ARCHITECTURES
+from tiny_models import ARCHITECTURES, build_tiny_model
 
 TEXTS = ["what is the capital of france", "paris is the capital city of france on the river seine", "a cat"]
 
@@ -176,3 +176,32 @@ def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_mod
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: dividing the head by 1e-36"), result.stderr
     assert not output.exists()
+
+
+def test_transform_inflation_scales_the_head_input_and_keeps_the_tie(tmp_path):
+    from spladekit import SparseEncoder
+    from spladekit.backbone import is_tied
+    from spladekit.head import inflate
+
+    folder = build_tiny_model("bert", tmp_path / "m")
+    plain, inflated = SparseEncoder.from_pretrained(folder), SparseEncoder.from_pretrained(folder)
+    words = inflated.model.get_input_embeddings().weight.detach().clone()
+    inflate(inflated.model, 8, "transform")
+    batch = plain.tokenize(["a small test sentence", "another one"])
+    with torch.inference_mode():
+        before, _ = plain.head_inputs(batch)
+        after, _ = inflated.head_inputs(batch)
+    assert torch.allclose(after, 8 * before, rtol=1e-5, atol=1e-6)
+    assert is_tied(inflated.model) and torch.equal(inflated.model.get_input_embeddings().weight, words)
+
+
+def test_position_inflation_divides_the_word_position_ratio(tmp_path):
+    from spladekit import SparseEncoder
+    from spladekit.head import inflate
+
+    encoder = SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "m"))
+    ratio = word_position_ratio(encoder.model)
+    inflate(encoder.model, 4, "positions")
+    assert word_position_ratio(encoder.model) == pytest.approx(ratio / 4, rel=1e-5)
+    with pytest.raises(SpladekitError, match="inflate target must be one of"):
+        inflate(encoder.model, 2, "sideways")

@@ -44,7 +44,7 @@ from spladekit.encoder import SparseEncoder
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluate import evaluate_data
 from spladekit.evaluation_result import EvaluationResult
-from spladekit.head import RESCALE_MODES, divide_head, parse_k
+from spladekit.head import RESCALE_MODES, inflate, parse_k
 from spladekit.model_loading import load_model
 from spladekit.schema import allowed
 from spladekit.sources import is_local, is_local_model
@@ -70,7 +70,9 @@ class BackboneSpec:
     id: str = ""  # hub id or local folder
     trust_remote_code: bool = False
     inflate: Union[float, None] = allowed(None, minimum=0, exclusive=True)  # simulate a high-norm head: W_head × inflate before training
-    inflate_mode: Literal["tied", "untie"] = "tied"  # tied: the shared matrix (inputs too); untie: the head only
+    # tied: the shared matrix (inputs too); untie: a head copy; transform: the MLM transform output (tie kept);
+    # positions: the position embeddings (spladekit.head.inflate)
+    inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
     modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
     # recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS λ)
@@ -353,7 +355,7 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
     if spec.inflate is not None:
         if not (folder / "config.json").is_file():
             encoder = SparseEncoder.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code)
-            divide_head(encoder.model, 1.0 / spec.inflate, mode=spec.inflate_mode)
+            inflate(encoder.model, spec.inflate, spec.inflate_mode)
             encoder.save(folder, overwrite=True)  # no config.json: an interrupted earlier attempt
         path = str(folder)
     if not report_path.is_file():
