@@ -327,6 +327,16 @@ def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
     assert "seed" not in _run_values(load_sweep(write_sweep(tmp_path)), sweep.backbones[0], Cell("bert", 1.0, "none"), "x")
 
 
+def test_a_backbone_can_divide_the_bias_too(tmp_path):
+    from spladekit.experiments.sweep import _run_values
+
+    sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "b", "id": str(build_tiny_model("bert", tmp_path / "b")),
+                                                         "rescale_bias": True}]))
+    assert _run_values(sweep, sweep.backbones[0], Cell("b", 8.0, "tied"), "x")["rescale"] == {
+        "k": 8.0, "mode": "tied", "rescale_bias": True}
+    assert _run_values(sweep, sweep.backbones[0], Cell("b", 1.0, "none"), "x")["rescale"] == {"k": None}
+
+
 def write_seeded_run(sweep_dir: Path, name: str, values: list[float], seed: int | None, baseline: str | None = None) -> None:
     """A finished run (or baseline) whose per-query nDCG@10 are ``values`` (queries q0, q1, …)."""
     run_dir = sweep_dir / ("baselines" if baseline else "runs") / name

@@ -73,6 +73,7 @@ class BackboneSpec:
     # tied: the shared matrix (inputs too); untie: a head copy; transform: the MLM transform output (tie kept);
     # positions: the position embeddings (spladekit.head.inflate)
     inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
+    rescale_bias: bool = False  # divide the head bias by k too (the bias-division ablation)
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
     modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
     # recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS λ)
@@ -202,9 +203,9 @@ def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_pat
     for assignment in spec.set or []:
         apply_override(values, assignment, f"{source}: backbone {spec.name!r} set")
     values["backbone"] = {**values.get("backbone", {}), "id": backbone_path, "trust_remote_code": spec.trust_remote_code}
-    rescale = {"k": None if cell.k == 1.0 else cell.k}
+    rescale: dict[str, object] = {"k": None if cell.k == 1.0 else cell.k}
     if cell.mode != "none":
-        rescale["mode"] = cell.mode
+        rescale |= {"mode": cell.mode, "rescale_bias": spec.rescale_bias}
     values["rescale"] = rescale
     if cell.seed is not None:
         values["seed"] = cell.seed
