@@ -19,13 +19,13 @@ ordered by (score descending, row ascending) equals brute force over the quantiz
 Terms and documents: term v is the PISA term ``str(v)`` zero-padded to the width of the vocabulary (so
 PISA's sorted lexicon is in vocabulary order) and document row r is PISA document r (name ``str(r)``).
 
-Building streams the row blocks: each block is inverted with scipy and written as one PISA batch
-(``inv.batch.N.docs/.freqs/.sizes``: postings of every vocabulary term, global document ids); PISA's
-``merge_inv`` joins the batches, terms without postings are dropped (PISA refuses empty lists), and
-``prepare_index`` writes the block-max data and the compressed index. Python never holds more than one
-block; the temporary files take up to about twice 8 bytes per posting. The index folder keeps what
-searching reads: ``fwd.termlex``, ``fwd.doclex``, the block-max file ``quantized.q0.bmw.BLOCK_SIZE`` and
-the compressed index ``quantized.q0.bmw.BLOCK_SIZE.ENCODING``.
+Building streams the row blocks: each block is quantized and inverted with scipy and its postings written
+to a staging folder; the blocks are then merged, a chunk of terms at a time, into PISA's uncompressed
+collection (``inv.docs`` / ``inv.freqs`` / ``inv.sizes``, terms with postings only), from which PISA's
+``prepare_index`` writes the block-max bounds and the compressed index. Python holds one block, or one
+chunk of 2²⁴ postings, at a time (no whole-corpus matrix); the staging files take about 16 bytes per
+posting at their peak. The index folder keeps what searching reads: ``fwd.termlex``, ``fwd.doclex``, the
+block-max file ``quantized.q0.bmw.BLOCK_SIZE`` and the compressed index ``quantized.q0.bmw.BLOCK_SIZE.ENCODING``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
@@ -130,53 +130,93 @@ def term_names(vocab_size: int) -> list[str]:
     return [str(v).zfill(width) for v in range(vocab_size)]
 
 
-def _write_sequences(path: Path, lengths: np.ndarray, values: np.ndarray, header: list[int] | None = None) -> None:
-    """PISA's binary collection: each sequence is its length then its values, all uint32 (optionally after a
-    one-value header sequence)."""
+def _write_sequences(handle: BinaryIO, lengths: np.ndarray, values: np.ndarray) -> None:
+    """Append PISA binary sequences (each: its length, then its values; all uint32) of consecutive
+    ``lengths`` cut from ``values``."""
     out = np.empty(len(lengths) + len(values), dtype=np.uint32)
-    starts = np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64) + np.arange(len(lengths))
-    out[starts] = lengths
-    mask = np.ones(len(out), dtype=bool)
-    mask[starts] = False
-    out[mask] = values
-    with path.open("wb") as handle:
-        if header is not None:
-            handle.write(np.array([len(header), *header], dtype=np.uint32).tobytes())
-        handle.write(out.tobytes())
+    heads = np.concatenate([[0], np.cumsum(lengths[:-1])]).astype(np.int64) + np.arange(len(lengths))
+    out[heads] = lengths
+    body = np.ones(len(out), dtype=bool)
+    body[heads] = False
+    out[body] = values
+    handle.write(out.tobytes())
 
 
-def _write_batch(folder: Path, number: int, impacts: sp.csr_matrix, first_row: int) -> None:
-    """One block as PISA batch ``number``: the posting list of every vocabulary term (empty ones included,
-    as ``merge_inv`` expects the same terms in every batch), global document ids, and document lengths."""
-    postings = impacts.tocsc()
-    postings.sort_indices()
-    lengths = np.diff(postings.indptr)
-    base = folder / f"inv.batch.{number}"
-    _write_sequences(Path(f"{base}.docs"), lengths, postings.indices.astype(np.int64) + first_row,
-                     header=[impacts.shape[0]])
-    _write_sequences(Path(f"{base}.freqs"), lengths, postings.data)
-    sizes = np.asarray(impacts.sum(axis=1, dtype=np.int64)).ravel()
-    if sizes.max(initial=0) > UINT32_MAX:
-        raise SpladekitError(f"a document's total impact is over {UINT32_MAX:,} (PISA keeps it in 32 bits); "
-                             "lower the pisa scale")
-    _write_sequences(Path(f"{base}.sizes"), np.array([len(sizes)]), sizes)
+class _Postings:
+    """Inverted row blocks, kept on disk in a staging folder, merged into PISA's uncompressed collection.
 
+    Block b is stored column-major (its CSC arrays: ``block.b.docs`` global document ids, ``block.b.freqs``
+    impacts, ``block.b.ptr.npy`` the term offsets); ``merge`` writes ``inv.docs`` / ``inv.freqs`` term by
+    term with each term's postings in block order (so document ids ascend), a chunk of terms at a time.
+    PISA's own ``merge_inv`` is not used: it refuses a term without postings, and which terms have
+    postings is only known after the last block."""
 
-def _drop_empty_lists(folder: Path, document_frequency: np.ndarray) -> None:
-    """Rewrite the merged ``inv.docs`` / ``inv.freqs`` without the terms that have no postings (their
-    sequence is a lone 0), list by list through memory maps."""
-    keep = np.flatnonzero(document_frequency)
-    starts = np.concatenate([[0], np.cumsum(document_frequency + 1)[:-1]])
-    for name, skip in (("inv.docs", 2), ("inv.freqs", 0)):  # inv.docs opens with the sequence [n_docs]
-        source = folder / name
-        merged = np.memmap(source, dtype=np.uint32, mode="r")
-        with (folder / f"{name}.kept").open("wb") as out:
-            out.write(merged[:skip].tobytes())
-            for term in keep:
-                start = skip + starts[term]
-                out.write(merged[start : start + document_frequency[term] + 1].tobytes())
-        del merged
-        (folder / f"{name}.kept").replace(source)
+    CHUNK = 1 << 24  # postings merged at a time (about 16 bytes each in memory)
+
+    def __init__(self, folder: Path, vocab_size: int) -> None:
+        self.folder = folder
+        self.frequency = np.zeros(vocab_size, dtype=np.int64)  # documents per term
+        self.blocks = 0
+        self.n_docs = 0
+        self.sizes = (folder / "inv.sizes").open("wb")
+        self.sizes.write(np.zeros(1, dtype=np.uint32).tobytes())  # the document count, written at the end
+
+    def add(self, impacts: sp.csr_matrix) -> None:
+        postings = impacts.tocsc()
+        postings.sort_indices()
+        base = self.folder / f"block.{self.blocks}"
+        (postings.indices.astype(np.uint32) + np.uint32(self.n_docs)).tofile(f"{base}.docs")
+        postings.data.astype(np.uint32).tofile(f"{base}.freqs")
+        np.save(f"{base}.ptr.npy", postings.indptr.astype(np.int64), allow_pickle=False)
+        lengths = np.asarray(impacts.sum(axis=1, dtype=np.int64)).ravel()
+        if lengths.max(initial=0) > UINT32_MAX:
+            raise SpladekitError(f"a document's total impact is over {UINT32_MAX:,} (PISA keeps it in 32 bits); "
+                                 "lower the pisa scale")
+        self.sizes.write(lengths.astype(np.uint32).tobytes())
+        self.frequency += np.diff(postings.indptr)
+        self.blocks += 1
+        self.n_docs += impacts.shape[0]
+
+    def merge(self) -> None:
+        """``inv.docs`` (after the one-value sequence [n_docs]), ``inv.freqs`` and ``inv.sizes``, terms with
+        postings only; the block files are removed."""
+        self.sizes.seek(0)
+        self.sizes.write(np.array([self.n_docs], dtype=np.uint32).tobytes())
+        self.sizes.close()
+        ends = np.cumsum(self.frequency)
+        with (self.folder / "inv.docs").open("wb") as docs, (self.folder / "inv.freqs").open("wb") as freqs:
+            docs.write(np.array([1, self.n_docs], dtype=np.uint32).tobytes())
+            first = 0
+            while first < len(ends):
+                done = ends[first - 1] if first else 0
+                last = max(first + 1, int(np.searchsorted(ends, done + self.CHUNK, side="right")))
+                self._merge_terms(first, last, docs, freqs)
+                first = last
+        for block in range(self.blocks):
+            for suffix in ("docs", "freqs", "ptr.npy"):
+                (self.folder / f"block.{block}.{suffix}").unlink()
+
+    def _merge_terms(self, first: int, last: int, docs: BinaryIO, freqs: BinaryIO) -> None:
+        """Terms ``first`` … ``last - 1``: the posting of block b for term t goes after those of the earlier
+        blocks for t, at ``start[t] + earlier[t] + (its rank within block b's list of t)``."""
+        frequency = self.frequency[first:last]
+        start = np.concatenate([[0], np.cumsum(frequency)[:-1]])
+        earlier = np.zeros(last - first, dtype=np.int64)
+        merged_docs = np.empty(int(frequency.sum()), dtype=np.uint32)
+        merged_freqs = np.empty_like(merged_docs)
+        for block in range(self.blocks):
+            base = self.folder / f"block.{block}"
+            offsets = np.load(f"{base}.ptr.npy", mmap_mode="r", allow_pickle=False)[first : last + 1]
+            counts = np.diff(offsets)
+            low, high = int(offsets[0]), int(offsets[-1])
+            if high > low:
+                target = np.repeat(start + earlier - (offsets[:-1] - low), counts) + np.arange(high - low)
+                merged_docs[target] = np.fromfile(f"{base}.docs", dtype=np.uint32, count=high - low, offset=4 * low)
+                merged_freqs[target] = np.fromfile(f"{base}.freqs", dtype=np.uint32, count=high - low, offset=4 * low)
+            earlier += counts
+        kept = frequency[frequency > 0]
+        _write_sequences(docs, kept, merged_docs)
+        _write_sequences(freqs, kept, merged_freqs)
 
 
 class PisaSearcher(Searcher):
@@ -212,42 +252,34 @@ class PisaSearcher(Searcher):
                           **params: Any) -> PisaSearcher:
         """Index consecutive row blocks (rows numbered across blocks) without stacking them."""
         params = cls.defaults() | cls.check_params(params)
-        pisathon = _pisathon()
         staging = tempfile.TemporaryDirectory(prefix="spladekit-pisa-")
         folder = Path(staging.name)
-        n_docs, batches, frequency = 0, 0, np.zeros(0, dtype=np.int64)
-        vocab_size: int | None = None
+        postings: _Postings | None = None
         for block in tqdm(blocks, desc="pisa invert", unit="block", disable=not show_progress, leave=False):
             block = check_documents(block)
-            if vocab_size is None:
-                vocab_size, frequency = block.shape[1], np.zeros(block.shape[1], dtype=np.int64)
-            elif block.shape[1] != vocab_size:
+            if postings is None:
+                postings = _Postings(folder, block.shape[1])
+            elif block.shape[1] != len(postings.frequency):
                 raise SpladekitError(f"document blocks differ in vocabulary: {block.shape[1]} columns after "
-                                     f"{vocab_size}")
+                                     f"{len(postings.frequency)}")
             impacts = quantize(block, params["scale"])
             if impacts.nnz and impacts.data.max() > UINT32_MAX:
                 raise SpladekitError(f"an impact is over {UINT32_MAX:,} (PISA keeps impacts in 32 bits); lower the "
                                      "pisa scale")
-            impacts = impacts.astype(np.uint32)
-            _write_batch(folder, batches, impacts, n_docs)
-            frequency += np.bincount(impacts.indices, minlength=vocab_size)
-            n_docs, batches = n_docs + block.shape[0], batches + 1
-        if vocab_size is None or not frequency.any():
+            postings.add(impacts)
+        if postings is None or not postings.frequency.any():
             raise SpladekitError("cannot build a PISA index: no document has a weight x scale of 0.5 or more "
                                  f"(scale={params['scale']:g}; every document vector is empty or too light)")
-        with _native_output_to_log():
-            pisathon.merge_inv(str(folder / "inv"), batches, vocab_size)
-        for leftover in folder.glob("inv.batch.*"):
-            leftover.unlink()
-        _drop_empty_lists(folder, frequency)
+        postings.merge()
+        vocab_size, n_docs = len(postings.frequency), postings.n_docs
         names = term_names(vocab_size)
-        (folder / "fwd.terms").write_text("".join(f"{names[v]}\n" for v in np.flatnonzero(frequency)))
+        (folder / "fwd.terms").write_text("".join(f"{names[v]}\n" for v in np.flatnonzero(postings.frequency)))
         with (folder / "fwd.documents").open("w") as handle:
             for start in range(0, n_docs, 1 << 16):
                 handle.write("".join(f"{row}\n" for row in range(start, min(start + (1 << 16), n_docs))))
         with _native_output_to_log():
-            pisathon.build_binlex(str(folder / "fwd.terms"), str(folder / TERMLEX))
-            pisathon.build_binlex(str(folder / "fwd.documents"), str(folder / DOCLEX))
+            _pisathon().build_binlex(str(folder / "fwd.terms"), str(folder / TERMLEX))
+            _pisathon().build_binlex(str(folder / "fwd.documents"), str(folder / DOCLEX))
         searcher = cls(folder, vocab_size, n_docs, params, staging)  # writes the block-max data and compresses
         for name in ("inv.docs", "inv.freqs", "inv.sizes", "fwd.terms", "fwd.documents"):
             (folder / name).unlink()
