@@ -1,0 +1,75 @@
+"""PISA vs exact on a synthetic SPLADE-like collection: build seconds, index bytes, queries per second (one
+thread) and recall@10 against exact search.
+
+The collection is ``search_bench.zipf_rows`` (Zipf term ids, Gamma(2, 0.5) weights, ~120 distinct terms per
+document, ~30 per query). PISA is built from row blocks (``build_from_blocks``, the sharded-folder path);
+its index bytes are the files of its saved folder, exact's its saved ``postings.npz``.
+
+    python benchmarks/pisa_bench.py --docs 100000 --queries 500
+
+Speed is measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from search_bench import recall_at_k, timed, zipf_rows
+from spladekit.index import ExactSearcher, PisaSearcher
+
+
+def folder_bytes(searcher, folder: Path) -> int:
+    searcher.save(folder)
+    return sum(item.stat().st_size for item in folder.iterdir() if item.name not in ("manifest.json", "ids.json"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--vocab", type=int, default=30_522)
+    parser.add_argument("--block", type=int, default=10_000, help="rows per block fed to build_from_blocks")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    permutation = rng.permutation(args.vocab)
+    documents = zipf_rows(args.docs, args.vocab, 170, rng, permutation)
+    queries = zipf_rows(args.queries, args.vocab, 35, rng, permutation)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        exact, seconds = timed(ExactSearcher.build, documents)
+        reference, search_seconds = timed(exact.search, queries, args.k)
+        rows.append({"method": "exact", "build_s": seconds, "bytes": folder_bytes(exact, Path(scratch) / "exact"),
+                     "qps": args.queries / search_seconds, "recall@10": 1.0})
+        blocks = (documents[start : start + args.block] for start in range(0, args.docs, args.block))
+        pisa, seconds = timed(PisaSearcher.build_from_blocks, blocks)
+        size = folder_bytes(pisa, Path(scratch) / "pisa")
+        for algorithm in ("block_max_wand", "maxscore", "ranked_or"):
+            started = time.perf_counter()
+            found = pisa.search(queries, args.k, algorithm=algorithm)
+            search_seconds = time.perf_counter() - started
+            rows.append({"method": f"pisa {algorithm}", "build_s": seconds, "bytes": size,
+                         "qps": args.queries / search_seconds,
+                         "recall@10": recall_at_k(found.doc_indices, reference.doc_indices)})
+    load = os.getloadavg()
+    print(f"{args.docs:,} documents ({documents.nnz / args.docs:.0f} terms each), {args.queries} queries "
+          f"({queries.nnz / args.queries:.0f} terms), load average {load[0]:.2f}")
+    print("| method | build (s) | index MB | q/s (1 thread) | recall@10 vs exact |\n|---|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['method']} | {row['build_s']:.2f} | {row['bytes'] / 1e6:.1f} | {row['qps']:.1f} | "
+              f"{row['recall@10']:.4f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "load": load, "args": vars(args)}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
