@@ -200,8 +200,18 @@ def test_cli_index_and_search(tied, tmp_path, cli):
         np.testing.assert_allclose([float(line[4]) for line in mine], values / 100.0**2, rtol=1e-6)
 
 
-def test_index_json_stdout_is_clean_despite_native_logging(tmp_path):
-    """PISA's C++ code writes [info] lines to file descriptor 1: only a separate process sees them."""
+def test_native_logging_stays_off_stdout_and_stderr(tmp_path, capfd, caplog):
+    """PISA's C++ code writes [info] lines and progress bars to file descriptors 1 and 2 (what ``capfd``
+    sees): building, saving, loading and searching leave both empty and log the lines at debug level."""
+    documents = zipf_matrix(50, 80, 8, seed=51)
+    with caplog.at_level("DEBUG", logger="spladekit"):
+        PisaSearcher.build(documents).save(tmp_path / "index")
+        load_index(tmp_path / "index").search(documents[:3], k=5)
+    assert capfd.readouterr() == ("", "")
+    assert any("pisa: " in record.getMessage() for record in caplog.records)
+
+
+def test_index_json_stdout_is_clean_in_a_separate_process(tmp_path):
     Vectors(zipf_matrix(50, 80, 8, seed=51), [f"d{i}" for i in range(50)]).save(tmp_path / "vectors")
     done = subprocess.run([sys.executable, "-m", "spladekit", "index", str(tmp_path / "vectors"), "-o",
                            str(tmp_path / "index"), "--backend", "pisa", "--json"], capture_output=True, text=True,

@@ -10,10 +10,10 @@ so a score is that exact integer while it stays below 2²⁴ (16,777,216; with t
 product of two weights of 3 is 90,000).
 
 Rank safety and ties: every ``algorithm`` offered returns the exact top-k of the quantized scores except
-at a tie: PISA's heap compares scores only and admits a document only when it beats the k-th score, so
-of several documents tied at the k-th score an arbitrary subset is kept. We therefore ask for k + 1 hits
-and, while the (k + 1)-th ties with the k-th, ask that query again with twice as many; then the top-k
-ordered by (score descending, row ascending) equals brute force over the quantized vectors
+at a tie: PISA's top-k heap orders by score alone, so of several documents tied at the k-th score it keeps
+an arbitrary subset (not the lowest rows, on most queries of a heavily tied test collection). We therefore
+ask for k + 1 hits and, while the (k + 1)-th ties with the k-th, ask that query again with twice as many;
+then the top-k ordered by (score descending, row ascending) equals brute force over the quantized vectors
 (``tests/test_index_pisa.py``).
 
 Terms and documents: term v is the PISA term ``str(v)`` zero-padded to the width of the vocabulary (so
