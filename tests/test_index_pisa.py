@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit.errors import InputError, SpladekitError
-from spladekit.index import PisaSearcher, load_index
+from spladekit.index import PisaSearcher, load_index, pisa
 from spladekit.index.pisa import ALGORITHMS, _Postings
 from spladekit.vectors import Vectors
 from spladekit.vectors_ops import best_first, quantize
@@ -107,6 +107,9 @@ def test_build_from_blocks_streams_without_stacking(tied, monkeypatch):
     assert streamed.n_docs == 400 and streamed.vocab_size == 120
     np.testing.assert_array_equal(streamed.search(queries, k=20).doc_indices, whole.search(queries, k=20).doc_indices)
     assert_equals_brute_force(streamed, documents, queries, 20)
+    monkeypatch.setattr(pisa, "BUILD_ROWS", 33)  # build() slices one matrix the same way
+    np.testing.assert_array_equal(PisaSearcher.build(documents).search(queries, k=20).doc_indices,
+                                  whole.search(queries, k=20).doc_indices)
 
 
 def test_blocks_from_two_vocabularies_are_refused():

@@ -58,6 +58,7 @@ logger = logging.getLogger("spladekit")
 
 TERMLEX, DOCLEX = "fwd.termlex", "fwd.doclex"
 UINT32_MAX = 2**32 - 1  # PISA stores impacts and document lengths as uint32
+BUILD_ROWS = 1 << 16  # documents per slice when building from one matrix
 ENCODINGS = ("block_simdbp", "block_optpfor", "block_varintg8iu", "block_streamvbyte", "block_maskedvbyte",
              "block_interpolative", "block_qmx", "block_varintgb", "block_simple8b", "block_simple16", "ef",
              "single", "pefuniform", "pefopt")
@@ -219,6 +220,12 @@ class _Postings:
         _write_sequences(freqs, kept, merged_freqs)
 
 
+def _row_slices(matrix: sp.csr_matrix, rows: int) -> Iterator[sp.csr_matrix]:
+    matrix = sp.csr_matrix(matrix)
+    for start in range(0, matrix.shape[0], rows):
+        yield matrix[start : start + rows]
+
+
 class PisaSearcher(Searcher):
     name = "pisa"
     summary = "PISA: block-max WAND / MaxScore over quantized impacts, rank-safe"
@@ -245,7 +252,9 @@ class PisaSearcher(Searcher):
 
     @classmethod
     def build(cls, documents: sp.csr_matrix, **params: Any) -> PisaSearcher:
-        return cls.build_from_blocks([documents], **params)
+        """:meth:`build_from_blocks` over row slices of the matrix, so that the checked, quantized and
+        inverted copies are of one slice at a time."""
+        return cls.build_from_blocks(_row_slices(documents, BUILD_ROWS), **params)
 
     @classmethod
     def build_from_blocks(cls, blocks: Iterable[sp.csr_matrix], show_progress: bool = False,
