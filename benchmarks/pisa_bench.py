@@ -1,11 +1,13 @@
-"""PISA vs exact on a synthetic SPLADE-like collection: build seconds, index bytes, queries per second (one
-thread) and recall@10 against exact search.
+"""PISA (each query algorithm) vs exact: build seconds, index bytes, queries per second (one thread) and
+recall@10 against exact search.
 
-The collection is ``search_bench.zipf_rows`` (Zipf term ids, Gamma(2, 0.5) weights, ~120 distinct terms per
-document, ~30 per query). PISA is built from row blocks (``build_from_blocks``, the sharded-folder path);
-its index bytes are the files of its saved folder, exact's its saved ``postings.npz``.
+The collection is synthetic, ``search_bench.zipf_rows`` (Zipf term ids, Gamma(2, 0.5) weights, ~120
+distinct terms per document, ~30 per query), or real: ``--vectors`` and ``--query-vectors`` (folders
+written by ``spladekit encode``). PISA is built from row blocks (``build_from_blocks``, the sharded-folder
+path); its index bytes are the files of its saved folder, exact's its saved ``postings.npz``.
 
     python benchmarks/pisa_bench.py --docs 100000 --queries 500
+    python benchmarks/pisa_bench.py --vectors DOCS --query-vectors QUERIES
 
 Speed is measured here, never asserted in tests.
 """
@@ -23,6 +25,8 @@ import numpy as np
 
 from search_bench import recall_at_k, timed, zipf_rows
 from spladekit.index import ExactSearcher, PisaSearcher
+from spladekit.index.pisa import ALGORITHMS
+from spladekit.vectors import Vectors
 
 
 def folder_bytes(searcher, folder: Path) -> int:
@@ -37,13 +41,19 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=30_522)
     parser.add_argument("--block", type=int, default=10_000, help="rows per block fed to build_from_blocks")
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--vectors", type=Path, help="a vectors folder instead of the synthetic documents")
+    parser.add_argument("--query-vectors", type=Path, help="a vectors folder instead of the synthetic queries")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    rng = np.random.default_rng(0)
-    permutation = rng.permutation(args.vocab)
-    documents = zipf_rows(args.docs, args.vocab, 170, rng, permutation)
-    queries = zipf_rows(args.queries, args.vocab, 35, rng, permutation)
+    if args.vectors and args.query_vectors:
+        documents, queries = Vectors.load(args.vectors).matrix, Vectors.load(args.query_vectors).matrix
+        args.docs, args.queries = documents.shape[0], queries.shape[0]
+    else:
+        rng = np.random.default_rng(0)
+        permutation = rng.permutation(args.vocab)
+        documents = zipf_rows(args.docs, args.vocab, 170, rng, permutation)
+        queries = zipf_rows(args.queries, args.vocab, 35, rng, permutation)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         exact, seconds = timed(ExactSearcher.build, documents)
@@ -53,7 +63,7 @@ def main() -> None:
         blocks = (documents[start : start + args.block] for start in range(0, args.docs, args.block))
         pisa, seconds = timed(PisaSearcher.build_from_blocks, blocks)
         size = folder_bytes(pisa, Path(scratch) / "pisa")
-        for algorithm in ("block_max_wand", "maxscore", "ranked_or"):
+        for algorithm in ALGORITHMS:
             started = time.perf_counter()
             found = pisa.search(queries, args.k, algorithm=algorithm)
             search_seconds = time.perf_counter() - started

@@ -82,7 +82,7 @@ def test_a_tie_at_the_kth_score_keeps_the_lowest_rows():
     documents.data[:], queries.data[:] = 0.01, 0.01
     searcher = PisaSearcher.build(documents)
     expected = brute_force(documents, queries, 100.0, 10)
-    raw = searcher._retrieve(quantize(queries, 100.0), 10, "block_max_wand", 1)
+    raw = searcher._retrieve(quantize(queries, 100.0), 10, "maxscore", 1)
     assert sum(sorted(rows.tolist()) != sorted(want) for (rows, _), (want, _) in zip(raw, expected)) >= 5
     assert_equals_brute_force(searcher, documents, queries, 10)
     flat = sp.csr_matrix(np.ones((300, 3), dtype=np.float32))
@@ -133,7 +133,7 @@ def test_threads_and_encodings_do_not_change_the_result(tied):
     reference = PisaSearcher.build(documents).search(queries, k=10)
     for searcher, params in ((PisaSearcher.build(documents, encoding="ef"), {}),
                              (PisaSearcher.build(documents, encoding="block_streamvbyte"), {"threads": 2}),
-                             (PisaSearcher.build(documents), {"threads": 0, "algorithm": "maxscore"})):
+                             (PisaSearcher.build(documents), {"threads": 0, "algorithm": "block_max_wand"})):
         result = searcher.search(queries, k=10, **params)
         np.testing.assert_array_equal(result.doc_indices, reference.doc_indices)
         np.testing.assert_array_equal(result.scores, reference.scores)
@@ -151,7 +151,7 @@ def test_bad_parameters_are_refused_before_any_work(tied):
         with pytest.raises(SpladekitError, match=f"^pisa parameter {next(iter(params))}="):
             PisaSearcher.build(None, **params)
     searcher = PisaSearcher.build(tied[0])
-    with pytest.raises(SpladekitError, match="pisa parameter algorithm=bmw: must be one of block_max_wand, "):
+    with pytest.raises(SpladekitError, match="pisa parameter algorithm=bmw: must be one of maxscore, "):
         searcher.search(tied[1], algorithm="bmw")
     with pytest.raises(SpladekitError, match="pisa does not take scale at search time"):
         searcher.search(tied[1], scale=10)
@@ -161,10 +161,11 @@ def test_bad_parameters_are_refused_before_any_work(tied):
 
 def test_index_folder_round_trip_lists_every_file(tied, tmp_path):
     documents, queries = tied
-    searcher = PisaSearcher.build(documents, scale=50, block_size=32, encoding="block_optpfor", algorithm="maxscore")
+    searcher = PisaSearcher.build(documents, scale=50, block_size=32, encoding="block_optpfor",
+                                  algorithm="block_max_wand")
     searcher.save(tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
-    assert manifest["params"]["scale"] == 50 and manifest["params"]["algorithm"] == "maxscore"
+    assert manifest["params"]["scale"] == 50 and manifest["params"]["algorithm"] == "block_max_wand"
     assert set(manifest["files"]) == {"fwd.termlex", "fwd.doclex", "quantized.q0.bmw.32",
                                       "quantized.q0.bmw.32.block_optpfor"}
     assert sorted(os.listdir(tmp_path / "index")) == sorted([*manifest["files"], "manifest.json"])

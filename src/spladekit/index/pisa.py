@@ -64,15 +64,15 @@ ENCODINGS = ("block_simdbp", "block_optpfor", "block_varintg8iu", "block_streamv
              "single", "pefuniform", "pefopt")
 # Disjunctive and rank-safe only: PISA's ranked_and variants keep documents holding every query term, and
 # ranked_or_taat_lazy drops the query weights.
-ALGORITHMS = ("block_max_wand", "block_max_maxscore", "maxscore", "wand", "ranked_or")
+ALGORITHMS = ("maxscore", "block_max_maxscore", "block_max_wand", "wand", "ranked_or")
 PARAMS = (
     Param("scale", float, 100.0, "quantization: weight w -> integer impact round(w x scale), documents and "
           "queries alike; scores returned are sum(q_impact x d_impact) / scale^2", minimum=0,
           exclusive_minimum=True, maximum=10_000),
     Param("block_size", int, 64, "postings per block of the block-max score bounds", minimum=1, maximum=2**20),
     Param("encoding", str, "block_simdbp", "posting list compression", choices=ENCODINGS),
-    Param("algorithm", str, "block_max_wand", "query processing, all rank-safe (ranked_or: no pruning)",
-          role="search", choices=ALGORITHMS),
+    Param("algorithm", str, "maxscore", "query processing, all rank-safe (ranked_or: no pruning); MaxScore is "
+          "the fastest on SPLADE queries (docs/benchmarks.md)", role="search", choices=ALGORITHMS),
     Param("threads", int, 1, "threads searching a query batch (0: all cores)", role="search", minimum=0),
 )
 
