@@ -157,6 +157,8 @@ def test_bad_parameters_are_refused_before_any_work(tied):
         searcher.search(tied[1], scale=10)
     with pytest.raises(SpladekitError, match="vocabulary mismatch"):
         searcher.search(zipf_matrix(2, 99, 3, seed=5))
+    with pytest.raises(SpladekitError, match="query weight x scale is over 65,536"):
+        searcher.search(sp.csr_matrix(np.full((1, 120), 1000.0, dtype=np.float32)))
 
 
 def test_index_folder_round_trip_lists_every_file(tied, tmp_path):

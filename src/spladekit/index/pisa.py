@@ -59,6 +59,7 @@ logger = logging.getLogger("spladekit")
 TERMLEX, DOCLEX = "fwd.termlex", "fwd.doclex"
 UINT32_MAX = 2**32 - 1  # PISA stores impacts and document lengths as uint32
 BUILD_ROWS = 1 << 16  # documents per slice when building from one matrix
+QUERY_IMPACT_MAX = 1 << 16  # pyterrier-pisa passes a query weight q as q repetitions of the term
 ENCODINGS = ("block_simdbp", "block_optpfor", "block_varintg8iu", "block_streamvbyte", "block_maskedvbyte",
              "block_interpolative", "block_qmx", "block_varintgb", "block_simple8b", "block_simple16", "ef",
              "single", "pefuniform", "pefopt")
@@ -228,7 +229,7 @@ def _row_slices(matrix: sp.csr_matrix, rows: int) -> Iterator[sp.csr_matrix]:
 
 class PisaSearcher(Searcher):
     name = "pisa"
-    summary = "PISA: block-max WAND / MaxScore over quantized impacts, rank-safe"
+    summary = "PISA: MaxScore / block-max WAND over quantized impacts, rank-safe"
     declared_params = PARAMS
 
     def __init__(self, folder: Path, vocab_size: int, n_docs: int, params: dict,
@@ -299,6 +300,10 @@ class PisaSearcher(Searcher):
         settings = self.search_settings(params)
         k = self.result_size(k)
         impacts = quantize(self.check_queries(queries), self.params["scale"])
+        if impacts.nnz and impacts.data.max() > QUERY_IMPACT_MAX:
+            raise SpladekitError(f"a query weight x scale is over {QUERY_IMPACT_MAX:,} (PISA takes it as that many "
+                                 f"repetitions of the term): weight {impacts.data.max() / self.params['scale']:g}, "
+                                 f"scale {self.params['scale']:g}")
         threads = settings["threads"] or os.cpu_count() or 1
         hits: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.int64), np.empty(0))] * impacts.shape[0]
         pending, wanted = np.arange(impacts.shape[0]), min(k + 1, self.n_docs)
