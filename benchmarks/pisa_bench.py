@@ -1,5 +1,5 @@
 """PISA (each query algorithm) vs exact: build seconds, index bytes, queries per second (one thread),
-recall@10 against exact search, and how many queries' top-k equal brute force over the quantized vectors
+recall@k against exact search, and how many queries' top-k equal brute force over the quantized vectors
 (``round(w × scale)``, ties by row: what PISA promises).
 
 The collection is synthetic, ``search_bench.zipf_rows`` (Zipf term ids, Gamma(2, 0.5) weights, ~120
@@ -71,7 +71,7 @@ def main() -> None:
         exact, seconds = timed(ExactSearcher.build, documents)
         reference, search_seconds = timed(exact.search, queries, args.k)
         rows.append({"method": "exact", "build_s": seconds, "bytes": folder_bytes(exact, Path(scratch) / "exact"),
-                     "qps": args.queries / search_seconds, "recall@10": 1.0})
+                     "qps": args.queries / search_seconds, "recall@k": 1.0})
         blocks = (documents[start : start + args.block] for start in range(0, args.docs, args.block))
         pisa, seconds = timed(PisaSearcher.build_from_blocks, blocks)
         size = folder_bytes(pisa, Path(scratch) / "pisa")
@@ -82,18 +82,18 @@ def main() -> None:
             search_seconds = time.perf_counter() - started
             rows.append({"method": f"pisa {algorithm}", "build_s": seconds, "bytes": size,
                          "qps": args.queries / search_seconds,
-                         "recall@10": recall_at_k(found.doc_indices, reference.doc_indices),
+                         "recall@k": recall_at_k(found.doc_indices, reference.doc_indices),
                          "equal_quantized": sum(row[row >= 0].tolist() == want
                                                 for row, want in zip(found.doc_indices, promised))})
     load = os.getloadavg()
     print(f"{args.docs:,} documents ({documents.nnz / args.docs:.0f} terms each), {args.queries} queries "
           f"({queries.nnz / args.queries:.0f} terms), load average {load[0]:.2f}")
-    print("| method | build (s) | index MB | q/s (1 thread) | recall@10 vs exact | top-k = quantized brute force |\n"
+    print("| method | build (s) | index MB | q/s (1 thread) | recall@k vs exact | top-k = quantized brute force |\n"
           "|---|---:|---:|---:|---:|---:|")
     for row in rows:
         equal = f"{row['equal_quantized']}/{args.queries}" if "equal_quantized" in row else ""
         print(f"| {row['method']} | {row['build_s']:.2f} | {row['bytes'] / 1e6:.1f} | {row['qps']:.1f} | "
-              f"{row['recall@10']:.4f} | {equal} |")
+              f"{row['recall@k']:.4f} | {equal} |")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "load": load, "args": vars(args)}, indent=2, default=str))
 
