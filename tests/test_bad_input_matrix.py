@@ -131,6 +131,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                              "--output", t / "OUT"], "milvus parameter batch_size=bad"),
     ("index-milvus-local-uri", lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "uri=./x.db",
                                              "--output", t / "OUT"], "must be a Milvus server URL"),
+    ("index-pisa-bad-encoding", lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "encoding=zip",
+                                              "--output", t / "OUT"], "pisa parameter encoding=zip: must be one of block_simdbp"),
     ("index-unknown-backend", lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
      "unknown backend"),
     ("index-max-active-dims-negative", lambda t, w: ["index", w["vectors"], "--max-active-dims", "-2", "--output", t / "OUT"],

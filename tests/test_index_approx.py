@@ -1,4 +1,4 @@
-"""Seismic and BMP: recall@10 of exact search with the documented default parameters, and their folders."""
+"""Seismic, BMP and PISA: recall@10 of exact search with the documented default parameters, and their folders."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit.errors import SpladekitError
-from spladekit.index import BmpSearcher, ExactSearcher, SeismicSearcher, load_index
+from spladekit.index import BmpSearcher, ExactSearcher, PisaSearcher, SeismicSearcher, load_index
 from synthetic_sparse import zipf_matrix
 
-BACKENDS = [SeismicSearcher, BmpSearcher]
+BACKENDS = [SeismicSearcher, BmpSearcher, PisaSearcher]
 
 
 @pytest.fixture(scope="module")

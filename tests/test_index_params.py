@@ -26,6 +26,9 @@ BAD_BUILD = [
     ("bmp", "bsize", "0"), ("bmp", "bsize", "257"), ("bmp", "bsize", "abc"), ("bmp", "compress_range", "maybe"),
     ("bmp", "alpha", "0"), ("bmp", "alpha", "1.5"), ("bmp", "alpha", "nan"), ("bmp", "beta", "0"),
     ("bmp", "beta", "-inf"), ("bmp", "beta", "1e999"), ("bmp", "bogus", "1"),
+    ("pisa", "scale", "0"), ("pisa", "scale", "nan"), ("pisa", "scale", "1e5"), ("pisa", "block_size", "0"),
+    ("pisa", "encoding", "zip"), ("pisa", "encoding", ""), ("pisa", "algorithm", "ranked_and"), ("pisa", "threads", "-1"),
+    ("pisa", "bogus", "1"),
     ("qdrant", "batch_size", "0"), ("qdrant", "collection", ""), ("qdrant", "recreate", "2"),
     ("qdrant", "bogus", "1"),
     ("milvus", "batch_size", "0"), ("milvus", "collection", ""), ("milvus", "recreate", "2"), ("milvus", "uri", "./x.db"),
@@ -130,3 +133,14 @@ def test_help_lists_every_declared_parameter(cli):
             assert param.name in help_text
             assert param.describe() in params_help("build")
             assert (param.describe() in params_help("search")) == (param.role == "search")
+
+
+def test_a_string_parameter_with_choices_takes_only_those():
+    from spladekit.index.params import Param
+
+    param = Param("algorithm", str, "a", "how", choices=("a", "b"))
+    assert param.convert("b") == "b" and "one of a, b" in param.describe()
+    with pytest.raises(ValueError):
+        param.convert("c")
+    with pytest.raises(TypeError):
+        Param("algorithm", str, "z", "how", choices=("a", "b"))  # the default must be a choice

@@ -54,3 +54,18 @@ def test_scifact_approximate_backends_track_exact(cache_env):
         approx = evaluate(encoder, collection, backend=backend, max_length=256, show_progress=False)
         assert approx.provenance["corpus_cached"]  # encoded once, reused
         assert approx.metrics["nDCG@10"] == pytest.approx(exact.metrics["nDCG@10"], abs=0.01)
+
+
+def test_scifact_pisa_is_within_0002_ndcg_of_exact(cache_env):
+    """PISA ranks rank-safely by impacts round(w x 100) (the default scale): nDCG@10 within 0.002 of exact."""
+    from spladekit import SparseEncoder
+    from spladekit.data import load_collection
+    from spladekit.evaluate import evaluate
+
+    encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
+    collection = load_collection(shared_path("data", "scifact"), "test")
+    exact = evaluate(encoder, collection, max_length=256, show_progress=False)
+    pisa = evaluate(encoder, collection, backend="pisa", max_length=256, show_progress=False)
+    assert pisa.provenance["corpus_cached"]
+    assert pisa.metrics["nDCG@10"] == pytest.approx(exact.metrics["nDCG@10"], abs=0.002)
+    assert pisa.metrics["R@1000"] == pytest.approx(exact.metrics["R@1000"], abs=0.002)

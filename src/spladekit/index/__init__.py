@@ -1,4 +1,4 @@
-"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, qdrant, milvus."""
+"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, pisa, qdrant, milvus."""
 
 from pathlib import Path
 from typing import Any
@@ -11,12 +11,14 @@ from spladekit.index.bmp import BmpSearcher
 from spladekit.index.exact import ExactSearcher
 from spladekit.index.milvus import MilvusSearcher
 from spladekit.index.params import Param
+from spladekit.index.pisa import PisaSearcher
 from spladekit.index.qdrant import QdrantSearcher
 from spladekit.index.seismic import SeismicSearcher
 from spladekit.index.store import MANIFEST, read_manifest, read_searcher
 
 BACKENDS: dict[str, type[Searcher]] = {
-    searcher.name: searcher for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, QdrantSearcher, MilvusSearcher)
+    searcher.name: searcher for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, PisaSearcher, QdrantSearcher,
+                                           MilvusSearcher)
 }
 
 
@@ -42,5 +44,5 @@ def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any)
     return searcher.build(documents, **searcher.check_params(params))
 
 
-__all__ = ["BACKENDS", "BmpSearcher", "ExactSearcher", "MilvusSearcher", "Param", "QdrantSearcher", "SearchResult", "Searcher",
+__all__ = ["BACKENDS", "BmpSearcher", "ExactSearcher", "MilvusSearcher", "Param", "PisaSearcher", "QdrantSearcher", "SearchResult", "Searcher",
            "SeismicSearcher", "backend_class", "build_index", "load_index"]

@@ -1,4 +1,4 @@
-"""The one interface every search backend implements (exact, seismic, bmp, qdrant, milvus)."""
+"""The one interface every search backend implements (exact, seismic, bmp, pisa, qdrant, milvus)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ TRUE, FALSE = ("true", "1", "yes"), ("false", "0", "no")
 @dataclass(frozen=True)
 class Param:
     """One backend parameter. ``minimum``/``maximum`` bound numbers (``exclusive_minimum``: the minimum itself
-    is refused); a ``str`` parameter whose default is None may be left unset."""
+    is refused); ``choices`` lists the only values a ``str`` parameter takes; a ``str`` parameter whose default
+    is None may be left unset."""
 
     name: str
     type: type
@@ -37,17 +38,20 @@ class Param:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
+    choices: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in TYPES or self.role not in ROLES:
             raise TypeError(f"{self.name}: type must be one of {TYPES} and role one of {ROLES}")
+        if self.choices and (self.type is not str or self.default not in self.choices):
+            raise TypeError(f"{self.name}: choices are for str parameters and must include the default")
 
     def allowed(self) -> str:
         """The accepted values in words, for the help and for error messages."""
         if self.type is bool:
             return "true or false"
         if self.type is str:
-            return "a non-empty string"
+            return f"one of {', '.join(self.choices)}" if self.choices else "a non-empty string"
         bounds = []
         if self.minimum is not None:
             bounds.append(f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}")
@@ -69,7 +73,7 @@ class Param:
         if self.type is bool:
             return _to_bool(value)
         if self.type is str:
-            if isinstance(value, str) and value:
+            if isinstance(value, str) and value and (not self.choices or value in self.choices):
                 return value
             raise ValueError
         number = _to_number(value, self.type)
