@@ -288,11 +288,12 @@ def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_p
     folder = write_beir(tmp_path / "mini")
     first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     entry = Path(first.provenance["cache_dir"])
+    shard = entry / "shards" / "00000"  # the cache entry is a sharded vectors folder
     if damage == "foreign ids":
-        (entry / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
+        (shard / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
     else:
-        data = (entry / "vectors.npz").read_bytes()
-        (entry / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+        data = (shard / "vectors.npz").read_bytes()
+        (shard / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
     again = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     assert "ignoring a damaged evaluation cache entry, re-encoding" in caplog.text and str(entry) in caplog.text
     assert not again.provenance["corpus_cached"] and again.metrics == first.metrics

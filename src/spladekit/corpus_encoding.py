@@ -22,6 +22,7 @@ and encodes the others; a folder of another plan is an error.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from spladekit.atomic import check_new_output, open_output
+from spladekit.atomic import check_new_output, open_in_place, open_output
 from spladekit.data.stream import iter_corpus, scan_corpus
 from spladekit.encoder import check_side
 from spladekit.errors import SpladekitError
@@ -44,8 +45,9 @@ from spladekit.shards import (
     finalize,
     is_sharded,
     reusable_shard,
+    seal,
     shard_count,
-    write_shard,
+    writing_shard,
 )
 from spladekit.vectors import Vectors, nnz_per_row
 from spladekit.vectors_ops import check_max_active_dims
@@ -124,15 +126,16 @@ def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tupl
         ids = [doc_id for doc_id, _ in batch]
         texts = [text for _, text in batch]
         del batch
-        started = time.perf_counter()
-        matrix = encode_side(texts, batch_size=batch_size, max_length=plan["max_length"],
-                             show_progress=show_progress, max_active_dims=plan["max_active_dims"], ids=ids)
-        seconds = time.perf_counter() - started
-        vectors = Vectors(matrix, ids, {"model": plan["model"], "corpus": plan["corpus"], "side": plan["side"],
-                                        "max_length": plan["max_length"], "pooling": plan["pooling"],
-                                        "max_active_dims": plan["max_active_dims"], "shard": index,
-                                        "documents": rows, "encode_seconds": round(seconds, 3)})
-        write_shard(folder, index, plan, vectors.save, rows, int(nnz_per_row(matrix).sum()), seconds, overwrite=True)
+        with writing_shard(folder, index, overwrite=True) as staging:
+            started = time.perf_counter()
+            matrix = encode_side(texts, batch_size=batch_size, max_length=plan["max_length"],
+                                 show_progress=show_progress, max_active_dims=plan["max_active_dims"], ids=ids)
+            seconds = time.perf_counter() - started
+            Vectors(matrix, ids, {"model": plan["model"], "corpus": plan["corpus"], "side": plan["side"],
+                                  "max_length": plan["max_length"], "pooling": plan["pooling"],
+                                  "max_active_dims": plan["max_active_dims"], "shard": index, "documents": rows,
+                                  "encode_seconds": round(seconds, 3)}).save(staging)
+            seal(staging, index, plan, rows, int(nnz_per_row(matrix).sum()), seconds)
         encoded.append(index)
     if next(stream, None) is not None:
         raise SpladekitError(f"{plan['corpus']}: the corpus grew while being encoded (more than {total} documents)")
@@ -187,6 +190,17 @@ def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shar
         raise SpladekitError("--overwrite cannot be combined with --shard or torchrun ranks (several processes "
                              "write the folder in place): remove the old folder first")
     _check_output(output, resume, overwrite, several)
+    with contextlib.ExitStack() as stack:
+        if not several and not overwrite:  # one process writes the whole folder: a second one fails at once
+            stack.enter_context(open_in_place(output))
+        return _encode(model, corpus, output, shard_size, resume, overwrite, selection, ranks, batch_size, side,
+                       max_length, max_active_dims, pooling, trust_remote_code, show_progress)
+
+
+def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resume: bool, overwrite: bool,
+            selection: ShardSelection, ranks: int, batch_size: int, side: str, max_length: int | None,
+            max_active_dims: int | None, pooling: str, trust_remote_code: bool,
+            show_progress: bool) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
     if ranks > 1:

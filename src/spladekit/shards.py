@@ -26,9 +26,10 @@ at the same moment write identical bytes (replaced atomically).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 from spladekit.atomic import atomic_file, open_output
@@ -76,16 +77,21 @@ def same_plan(first: dict, second: dict) -> list[str]:
     return sorted(key for key in keys if first.get(key) != second.get(key))
 
 
-def write_shard(folder: str | Path, index: int, plan: dict, save: Callable[[Path], object], rows: int, nnz: int,
-                encode_seconds: float, overwrite: bool = False) -> dict:
-    """Write shard ``index``: ``save(staging)`` writes ``vectors.npz``, ``ids.json`` and ``meta.json`` (it is
-    ``Vectors.save``); then the sidecar (checksums, ``rows``, ``nnz``, ``plan``) seals it and the folder is
-    renamed into place. Another process writing the same shard: :class:`spladekit.atomic.OutputBusy`."""
+@contextlib.contextmanager
+def writing_shard(folder: str | Path, index: int, overwrite: bool = False) -> Iterator[Path]:
+    """Take shard ``index``'s lock (before its encoding: another process writing the same shard is an
+    :class:`spladekit.atomic.OutputBusy` at once) and yield its staging folder; write ``vectors.npz``,
+    ``ids.json`` and ``meta.json`` there (``Vectors.save``), then :func:`seal` it. When the block ends the
+    shard is renamed into place (or, on an error, discarded)."""
     with open_output(shard_folder(folder, index), folder=True, overwrite=overwrite) as output:
-        save(output.staging)
-        sidecar = {"index": index, "rows": rows, "nnz": nnz, "encode_seconds": round(encode_seconds, 3),
-                   "sha256": {name: sha256_file(output.staging / name) for name in CHECKED_FILES}, "plan": plan}
-        (output.staging / SIDECAR).write_text(json.dumps(sidecar, indent=2), encoding="utf-8")
+        yield output.staging
+
+
+def seal(staging: Path, index: int, plan: dict, rows: int, nnz: int, encode_seconds: float) -> dict:
+    """Write the sidecar of a shard's staging folder: checksums of its files, ``rows``, ``nnz``, ``plan``."""
+    sidecar = {"index": index, "rows": rows, "nnz": nnz, "encode_seconds": round(encode_seconds, 3),
+               "sha256": {name: sha256_file(staging / name) for name in CHECKED_FILES}, "plan": plan}
+    (staging / SIDECAR).write_text(json.dumps(sidecar, indent=2), encoding="utf-8")
     return sidecar
 
 
