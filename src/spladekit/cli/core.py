@@ -168,6 +168,7 @@ def encode(
                "documents": result.documents, "encoded_shards": result.encoded, "reused_shards": result.reused,
                "seconds": result.seconds}
     done = (f"complete: {meta['documents']} texts, avg nnz {meta['avg_nnz']:.1f}" if result.manifest is not None
-            else "other shards still missing (their processes will complete the folder)")
+            else "not complete yet: the process that seals the last shard (under torchrun: rank 0) writes "
+            "manifest.json")
     emit(payload, as_json, None, f"encoded {len(result.encoded)} of {result.shards} shards, reused "
          f"{len(result.reused)} in {result.seconds:.1f}s; {done} -> {output}")
