@@ -116,3 +116,18 @@ def test_two_torchrun_ranks_equal_one_process(tiny_model_dirs, corpus, tmp_path,
     assert done.returncode == 0, done.stderr
     ranks, one = Vectors.load(tmp_path / "ranks"), Vectors.load(tmp_path / "one")
     assert ranks.ids == one.ids and (ranks.matrix != one.matrix).nnz == 0
+
+
+def test_a_corpus_that_changed_since_the_validating_pass_is_refused_before_the_manifest(tiny_model_dirs, tmp_path):
+    from spladekit.corpus_encoding import build_plan, write_shards
+    from spladekit.data.stream import corpus_fingerprint
+    from spladekit.encoder import SparseEncoder
+
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    documents = [(f"d{i}", text) for i, text in enumerate(DOCS[:4])]
+    plan = build_plan(encoder, "m", "c", corpus_fingerprint(documents), 4, "document", None, None, 2)
+    assert write_shards(tmp_path / "good", encoder, documents, plan, show_progress=False) == ([0, 1], [])
+    edited = [*documents[:3], ("d3", "an edited text")]
+    with pytest.raises(SpladekitError, match="the corpus changed while being encoded"):
+        write_shards(tmp_path / "edited", encoder, edited, plan, show_progress=False)
+    assert not (tmp_path / "edited" / MANIFEST).exists()

@@ -23,17 +23,19 @@ and encodes the others; a folder of another plan is an error.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from spladekit.atomic import check_new_output, open_in_place, open_output
-from spladekit.data.stream import iter_corpus, scan_corpus
+from spladekit.data.stream import iter_corpus, scan_corpus, update_fingerprint
 from spladekit.encoder import check_side
 from spladekit.errors import SpladekitError
 from spladekit.model_loading import RetrievalModel, load_model, model_fingerprint
@@ -105,10 +107,13 @@ def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tupl
                  selection: ShardSelection = ShardSelection(), resume: bool = False, batch_size: int = 32,
                  show_progress: bool = True) -> tuple[list[int], list[int]]:
     """Encode this process's shards of ``documents`` (``(id, text)`` in corpus order) into ``folder``;
-    return (shards encoded, shards reused). Shards of other processes are read past, not kept."""
+    return (shards encoded, shards reused). Shards of other processes are read past, not kept. The documents
+    are fingerprinted again on the way: a corpus that changed since the plan was made is an error before any
+    manifest is written."""
     shard_size, total = plan["shard_size"], plan["documents"]
     count = shard_count(total, shard_size)
-    stream: Iterator[tuple[str, str]] = iter(documents)
+    digest = hashlib.sha256()
+    stream: Iterator[tuple[str, str]] = _fingerprinted(documents, digest)
     encoded: list[int] = []
     reused: list[int] = []
     encode_side = encoder.encode_query if plan["side"] == "query" else encoder.encode_document
@@ -137,9 +142,16 @@ def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tupl
                                   "encode_seconds": round(seconds, 3)}).save(staging)
             seal(staging, index, plan, rows, int(nnz_per_row(matrix).sum()), seconds)
         encoded.append(index)
-    if next(stream, None) is not None:
-        raise SpladekitError(f"{plan['corpus']}: the corpus grew while being encoded (more than {total} documents)")
+    if next(stream, None) is not None or digest.hexdigest() != plan["corpus_sha256"]:
+        raise SpladekitError(f"{plan['corpus']}: the corpus changed while being encoded (its fingerprint differs "
+                             "from the validating pass); encode it again with --overwrite")
     return encoded, reused
+
+
+def _fingerprinted(documents: Iterable[tuple[str, str]], digest: Any) -> Iterator[tuple[str, str]]:
+    for doc_id, text in documents:
+        update_fingerprint(digest, doc_id, text)
+        yield doc_id, text
 
 
 def _check_rows(found: int, expected: int, index: int) -> None:
