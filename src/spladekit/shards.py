@@ -71,7 +71,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def same_plan(first: dict, second: dict) -> list[str]:
+def plan_differences(first: dict, second: dict) -> list[str]:
     """The plan keys whose values differ (names excepted: see ``NAMES``)."""
     keys = (set(first) | set(second)) - set(NAMES)
     return sorted(key for key in keys if first.get(key) != second.get(key))
@@ -132,7 +132,7 @@ def reusable_shard(folder: str | Path, index: int, plan: dict) -> bool:
 
 
 def check_plan(folder: str | Path, recorded: dict, plan: dict, where: Path) -> None:
-    differing = same_plan(recorded, plan)
+    differing = plan_differences(recorded, plan)
     if differing:
         raise SpladekitError(f"{where}: {folder} was encoded with another model, corpus or settings "
                              f"(differs in: {', '.join(differing)}); choose another --output, or --overwrite")
