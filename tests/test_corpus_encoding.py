@@ -131,3 +131,20 @@ def test_a_corpus_that_changed_since_the_validating_pass_is_refused_before_the_m
     with pytest.raises(SpladekitError, match="the corpus changed while being encoded"):
         write_shards(tmp_path / "edited", encoder, edited, plan, show_progress=False)
     assert not (tmp_path / "edited" / MANIFEST).exists()
+
+
+@pytest.mark.realdata
+@pytest.mark.slow
+def test_real_model_two_torchrun_ranks_equal_one_process_on_cranfield(tmp_path, cli):
+    from conftest import shared_path
+
+    model, corpus = shared_path("models", "splade-tiny-msmarco"), shared_path("data", "cranfield")
+    options = ["--corpus", str(corpus), "--shard-size", "300", "--max-length", "128"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "spladekit", "encode", str(model), "--output", str(tmp_path / "ranks"), *options]
+    result = subprocess.run(command, env=_env(), capture_output=True, text=True, check=False, timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = cli("encode", model, "--output", tmp_path / "one", *options)
+    assert done.returncode == 0, done.stderr
+    ranks, one = Vectors.load(tmp_path / "ranks"), Vectors.load(tmp_path / "one")
+    assert len(one) == 1400 and ranks.ids == one.ids and (ranks.matrix != one.matrix).nnz == 0
