@@ -44,7 +44,6 @@ def load_model(path_or_id: str | Path, trust_remote_code: bool = False, device: 
                                          max_length=max_length, pooling=pooling)
 
 
-
 def model_fingerprint(encoder: RetrievalModel) -> str:
     """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size: what
     identifies a model's vectors (the evaluation cache's key, a sharded vectors folder's plan)."""
