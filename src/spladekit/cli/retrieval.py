@@ -12,10 +12,10 @@ import typer
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
 from spladekit.errors import SpladekitError
+from spladekit.index import BACKENDS, backend_class
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
-from spladekit.index import BACKENDS, backend_class
 
 
 def backend_help() -> str:
