@@ -16,6 +16,7 @@ import yaml
 
 from collection_files import write_beir
 from spladekit.cli import main
+from spladekit.corpus_encoding import encode_to_shards
 from spladekit.diagnosis import SAMPLE_PAIRS
 from spladekit.encoder import SparseEncoder
 from spladekit.vectors import Vectors
@@ -31,12 +32,22 @@ def world(tmp_path_factory) -> dict[str, Path]:
     encoder = SparseEncoder.from_pretrained(model)
     texts = ["paris is the capital of france", "a vaccine trains the immune system"]
     Vectors(encoder.encode(texts, show_progress=False), ["d1", "d2"], {"model": str(model)}).save(root / "vectors")
+    encode_to_shards(str(model), beir / "corpus.jsonl", root / "sharded", shard_size=4, show_progress=False)
     triplets = root / "triplets.tsv"
     triplets.write_text("".join(f"{q}\t{d}\t{SAMPLE_PAIRS[(i + 1) % 12][1]}\n" for i, (q, d) in enumerate(SAMPLE_PAIRS)))
     config = {"backbone": {"id": str(model)}, "data": {"path": str(triplets)}, "optimization": {"steps": 1}}
     (root / "train.yaml").write_text(yaml.safe_dump(config))
     return {"root": root, "model": model, "beir": beir, "vectors": root / "vectors", "triplets": triplets,
-            "train": root / "train.yaml"}
+            "train": root / "train.yaml", "sharded": root / "sharded"}
+
+
+def other_model_interrupted(folder: Path) -> None:
+    """An interrupted sharded encode (no manifest) whose shards record another model's weights hash."""
+    (folder / "manifest.json").unlink()
+    sidecar = folder / "shards" / "00000" / "shard.json"
+    record = json.loads(sidecar.read_text())
+    record["plan"]["model_sha256"] = "0" * 64
+    sidecar.write_text(json.dumps(record))
 
 
 def damaged_copy(source: Path, target: Path, change: Callable[[Path], None]) -> Path:
@@ -121,7 +132,19 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                           "--output", t / "OUT"], "unknown side 'passage'"),
     ("encode-max-active-dims-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
                                                   "--max-active-dims", "0", "--output", t / "OUT"], "max_active_dims"),
+    ("encode-shard-out-of-range", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
+                                                "--shard", "3/2", "--output", t / "OUT"], "--shard must be I/N"),
+    ("encode-shard-size-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
+                                             "--shard-size", "0", "--output", t / "OUT"], "--shard-size must be"),
+    ("encode-resume-with-overwrite", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
+                                                   "--resume", "--overwrite", "--output", t / "OUT"], "give only one"),
+    ("encode-resume-another-model", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
+                                                  "--shard-size", "4", "--resume", "--output",
+                                                  damaged_copy(w["sharded"], t / "prior", other_model_interrupted)],
+     "differs in: model_sha256"),
     # index
+    ("index-sharded-checksum", lambda t, w: ["index", damaged_copy(w["sharded"], t / "bad", lambda f: (
+        f / "shards" / "00001" / "vectors.npz").write_bytes(b"x")), "--output", t / "OUT"], "sha256 mismatch"),
     ("index-not-vectors", lambda t, w: ["index", w["beir"], "--output", t / "OUT"], "not a spladekit vectors folder"),
     ("index-empty-npz", lambda t, w: ["index", damaged_copy(w["vectors"], t / "bad", lambda f: (f / "vectors.npz").write_bytes(b"")),
                                       "--output", t / "OUT"], "vectors.npz"),

@@ -288,17 +288,36 @@ def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_p
     folder = write_beir(tmp_path / "mini")
     first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     entry = Path(first.provenance["cache_dir"])
+    shard = entry / "shards" / "00000"  # the cache entry is a sharded vectors folder
     if damage == "foreign ids":
-        (entry / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
+        (shard / "ids.json").write_text(json.dumps([f"x{i}" for i in range(8)]))
     else:
-        data = (entry / "vectors.npz").read_bytes()
-        (entry / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
+        data = (shard / "vectors.npz").read_bytes()
+        (shard / "vectors.npz").write_bytes(b"" if damage == "empty" else data[: len(data) // 2])
     again = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     assert "ignoring a damaged evaluation cache entry, re-encoding" in caplog.text and str(entry) in caplog.text
     assert not again.provenance["corpus_cached"] and again.metrics == first.metrics
     assert Vectors.load(entry).ids == load_collection(folder).corpus.ids  # the entry was rewritten whole
     third = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
     assert third.provenance["corpus_cached"]
+
+
+def test_an_interrupted_cache_entry_resumes_its_finished_shards(encoder, tmp_path, monkeypatch):
+    import shutil
+
+    import spladekit.evaluate as evaluation
+
+    monkeypatch.setattr(evaluation, "DEFAULT_SHARD_SIZE", 3)  # 8 documents: shards of 3, 3, 2
+    folder = write_beir(tmp_path / "mini")
+    first = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    entry = Path(first.provenance["cache_dir"])
+    kept = (entry / "shards" / "00000" / "vectors.npz").stat().st_mtime_ns
+    (entry / "manifest.json").unlink()  # as if killed while shard 1 was being encoded
+    shutil.rmtree(entry / "shards" / "00001")
+    again = evaluate(encoder, load_collection(folder), max_length=64, show_progress=False)
+    assert not again.provenance["corpus_cached"] and again.metrics == first.metrics
+    assert (entry / "shards" / "00000" / "vectors.npz").stat().st_mtime_ns == kept  # reused, not re-encoded
+    assert (entry / "shards" / "00001" / "shard.json").is_file() and (entry / "manifest.json").is_file()
 
 
 @pytest.mark.parametrize("change, message", [

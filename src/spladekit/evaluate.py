@@ -17,7 +17,7 @@ limit. ``max_active_dims`` keeps the k largest weights of every query and docume
 (``vectors_ops.keep_top_weights``) before indexing and before the efficiency statistics.
 
 Encoded corpora are cached under ``$SPLADEKIT_CACHE`` (default ``~/.cache/spladekit``) in
-``vectors/<sha256(model hash, corpus hash, max length)>/`` so that re-evaluating the same model on the
+``vectors/<sha256(model hash, corpus hash, max length, pooling)>/`` (a sharded vectors folder) so that re-evaluating the same model on the
 same corpus does not re-encode it; the cache holds the full vectors, pruned after reading, so one entry
 serves every ``max_active_dims``. A damaged entry is read through ``Vectors.load`` like any vectors
 folder; it is then ignored with a warning and re-encoded (see :func:`read_cache_entry`).
@@ -25,11 +25,11 @@ folder; it is then ignored with a warning and re-encoded (see :func:`read_cache_
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -38,18 +38,20 @@ from typing import Any
 import ir_measures
 import numpy as np
 import scipy.sparse as sp
-import torch
 
 from spladekit.atomic import OutputBusy, final_path
+from spladekit.corpus_encoding import build_plan, write_shards
 from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus
+from spladekit.data.stream import corpus_fingerprint
 from spladekit.data.suites import SUITES, load_suite
 from spladekit.data.trec import Qrels
 from spladekit.errors import InputError, SpladekitError
 from spladekit.evaluation_result import EvaluationResult
 from spladekit.index import backend_class, build_index
-from spladekit.model_loading import RetrievalModel
+from spladekit.model_loading import RetrievalModel, model_fingerprint
 from spladekit.run import Run
+from spladekit.shards import DEFAULT_SHARD_SIZE, MANIFEST, finalize, is_sharded, shard_count
 from spladekit.vectors import Vectors, nnz_per_row
 from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
@@ -80,36 +82,15 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
 
 
-def model_fingerprint(encoder: RetrievalModel) -> str:
-    """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.model.state_dict().items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    digest.update(f"tokenizer|{type(encoder.tokenizer).__name__}|{len(encoder.tokenizer)}".encode())
-    return digest.hexdigest()
-
-
-def corpus_fingerprint(corpus: Corpus) -> str:
-    """sha256 over the ids and texts, in order."""
-    digest = hashlib.sha256()
-    for doc_id, text in zip(corpus.ids, corpus.texts):
-        digest.update(doc_id.encode())
-        digest.update(b"\x00")
-        digest.update(text.encode())
-        digest.update(b"\x01")
-    return digest.hexdigest()
-
-
 def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors | None:
-    """The cached vectors in ``folder``, or None when there are none or the entry is unusable.
+    """The cached vectors in ``folder``, or None when there are none, the entry is an interrupted encoding
+    (a sharded folder without its manifest: resumed by :func:`encode_corpus`) or it is unusable.
 
     A cache entry is derived data under a content hash, so a damaged one (truncated file, foreign ids,
     another vocabulary) holds nothing the user could lose: it is reported as a warning, ignored and
     replaced by the re-encoding, rather than stopping the evaluation until someone deletes it by hand.
     """
-    if not folder.exists():
+    if not folder.exists() or (is_sharded(folder) and not (folder / MANIFEST).is_file()):
         return None
     try:
         vectors = Vectors.load(folder)
@@ -117,6 +98,7 @@ def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors |
             raise InputError("cached vectors do not match the corpus or the model", folder)
     except InputError as error:
         logger.warning("ignoring a damaged evaluation cache entry, re-encoding: %s", error)
+        shutil.rmtree(folder, ignore_errors=True)  # the interrupted shards of a good plan are kept, not these
         return None
     return vectors
 
@@ -127,27 +109,38 @@ def encode_corpus(encoder: RetrievalModel, corpus: Corpus, max_length: int, batc
 
     The cache key covers everything that changes the vectors: the model's weights, the corpus, the
     token limit and the pooling implementation (``fused-bf16`` may differ from ``fused`` in the last bits).
+    An entry is a sharded vectors folder written through :func:`spladekit.corpus_encoding.write_shards`
+    (one shard's vectors in memory at a time while encoding; an interrupted evaluation resumes its shards).
     """
-    folder = None
-    if cache:
-        key = hashlib.sha256(f"{model_fingerprint(encoder)}|{corpus_fingerprint(corpus)}|{max_length}|"
-                             f"{encoder.pooling}".encode()).hexdigest()
-        folder = cache_root() / "vectors" / key
-        cached = read_cache_entry(folder, corpus, encoder.vocab_size)
-        if cached is not None:
-            return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
-                            "cache_dir": str(folder)}
+    if not cache:
+        started = time.perf_counter()
+        matrix = encoder.encode_document(corpus.texts, batch_size=batch_size, max_length=max_length,
+                                         show_progress=show_progress, ids=corpus.ids)
+        seconds = round(time.perf_counter() - started, 3)
+        return (Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
+                                             "encode_seconds": seconds}),
+                {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": None})
+    model_sha256 = model_fingerprint(encoder)
+    corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
+    key = hashlib.sha256(f"{model_sha256}|{corpus_sha256}|{max_length}|{encoder.pooling}".encode()).hexdigest()
+    folder = cache_root() / "vectors" / key
+    cached = read_cache_entry(folder, corpus, encoder.vocab_size)
+    if cached is not None:
+        return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
+                        "cache_dir": str(folder)}
+    plan = build_plan(encoder, "", "", corpus_sha256, len(corpus), "document", max_length, None,
+                      DEFAULT_SHARD_SIZE, model_sha256)
     started = time.perf_counter()
-    matrix = encoder.encode_document(corpus.texts, batch_size=batch_size, max_length=max_length,
-                                     show_progress=show_progress, ids=corpus.ids)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_shards(folder, encoder, zip(corpus.ids, corpus.texts), plan, resume=True, batch_size=batch_size,
+                     show_progress=show_progress)
+        finalize(folder, plan, shard_count(len(corpus), DEFAULT_SHARD_SIZE))
+    except OutputBusy:  # another process is caching the same vectors: encode without the cache
+        return encode_corpus(encoder, corpus, max_length, batch_size, False, show_progress)
     seconds = round(time.perf_counter() - started, 3)
-    vectors = Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
-                                           "encode_seconds": seconds})
-    if folder is not None:
-        with contextlib.suppress(OutputBusy):  # another process is caching the same vectors
-            vectors.save(folder, overwrite=True)
-    return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False,
-                     "cache_dir": None if folder is None else str(folder)}
+    vectors = Vectors.load(folder)
+    return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": str(folder)}
 
 
 # ----------------------------------------------------------------------------------------- metrics

@@ -8,8 +8,11 @@ is a :class:`SparseEncoder`. Commands that encode queries and documents load the
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Union
+
+import torch
 
 from spladekit.encoder import SparseEncoder, read_metadata
 from spladekit.foreign_models import resolve_model_folder
@@ -40,3 +43,14 @@ def load_model(path_or_id: str | Path, trust_remote_code: bool = False, device: 
     return SparseEncoder.from_pretrained(path_or_id, trust_remote_code=trust_remote_code, device=device,
                                          max_length=max_length, pooling=pooling)
 
+
+def model_fingerprint(encoder: RetrievalModel) -> str:
+    """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size: what
+    identifies a model's vectors (the evaluation cache's key, a sharded vectors folder's plan)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    digest.update(f"tokenizer|{type(encoder.tokenizer).__name__}|{len(encoder.tokenizer)}".encode())
+    return digest.hexdigest()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
+from spladekit.shards import DEFAULT_SHARD_SIZE
 
 if TYPE_CHECKING:
     from spladekit.diagnosis import HeadReport
@@ -126,9 +126,24 @@ def rescale(
 @app.command()
 def encode(
     model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
-    corpus: Path = typer.Option(..., help="JSONL corpus: one {\"_id\", \"text\", \"title\"?} object per line."),
-    output: Path = typer.Option(..., "--output", "-o", help="Folder to write: vectors.npz (scipy CSR, float32), "
-                                "ids.json (row order), meta.json. Written atomically."),
+    corpus: str = typer.Option(..., help="The texts: a JSONL file (one {\"_id\", \"text\", \"title\"?} object per "
+                               "line), a BEIR folder (its corpus.jsonl), a Hugging Face parquet folder or dataset id "
+                               "(corpus config), or an ir_datasets id (its documents). Read lazily, twice: a "
+                               "validating pass, then the encoding."),
+    output: Path = typer.Option(..., "--output", "-o", help="Sharded vectors folder to write: shards/NNNNN/ "
+                                "(vectors.npz CSR float32, ids.json, a shard.json sidecar with sha256, rows, nnz) "
+                                "and manifest.json, written last, when every shard is complete. Must not exist "
+                                "unless --overwrite or --resume."),
+    shard_size: int = typer.Option(DEFAULT_SHARD_SIZE, "--shard-size", help="Documents per shard (>= 1): the unit of memory "
+                                   "(one shard's texts and vectors are held at a time), of --resume and of "
+                                   "--shard/torchrun parallelism."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted encode into --output: keep the "
+                                "complete shards whose checksums and plan (model weights, corpus, options, shard "
+                                "size) match, encode the missing or damaged ones. Another plan is an error."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="Encode only shards j with "
+                                        "j % N == I (0 <= I < N; Slurm job arrays) into the shared --output; the "
+                                        "process that completes the last shard writes the manifest. Under torchrun "
+                                        "the ranks split the shards the same way (RANK/WORLD_SIZE)."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     side: str = typer.Option("document", help="Encode the texts as documents (default) or as queries: each side "
                              "has its own token limit (queries: the model's query_max_length when it records one, "
@@ -136,36 +151,28 @@ def encode(
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit of --side (default: the model's limit "
                                              "for that side, else 256)."),
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
-    overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
+    overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete; "
+                                   "single process only, not with --resume)."),
     pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
                                 "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
-    """Encode a corpus (documents, or queries with --side query) into SPLADE vectors."""
-    from spladekit.data import read_corpus
-    from spladekit.encoder import check_side
-    from spladekit.model_loading import load_model
-    from spladekit.vectors import Vectors
-    from spladekit.vectors_ops import check_max_active_dims
+    """Encode a corpus (documents, or queries with --side query) into a sharded SPLADE vectors folder.
 
-    checked_side = check_side(side)
-    check_max_active_dims(max_active_dims)
-    with opened(output, folder=True, overwrite=overwrite) as staged:
-        documents = read_corpus(corpus)
-        encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling)
-        encode_side = encoder.encode_query if checked_side == "query" else encoder.encode_document
-        started = time.perf_counter()
-        matrix = encode_side(documents.texts, batch_size=batch_size, max_length=max_length,
-                             max_active_dims=max_active_dims, ids=documents.ids)
-        seconds = time.perf_counter() - started
-        vectors = Vectors(matrix, documents.ids, {"model": model, "corpus": str(corpus), "pooling": pooling,
-                                                   "side": checked_side,
-                                                   "max_length": encoder.side_max_length(checked_side, max_length),
-                                                   "max_active_dims": max_active_dims,
-                                                   "encode_seconds": round(seconds, 3)})
-        meta = vectors.meta
-        meta |= {"vocab_size": vectors.vocab_size, "documents": len(vectors), "avg_nnz": vectors.avg_nnz}
-        vectors.save(staged)
-    emit(meta | {"output": str(output)}, as_json, None,
-         f"encoded {meta['documents']} texts in {seconds:.1f}s (avg nnz {meta['avg_nnz']:.1f}) -> {output}")
+    Streaming: memory holds one shard, not the corpus. Resumable (--resume) and data-parallel: --shard I/N,
+    or `torchrun --nproc-per-node N -m spladekit encode …` (one GPU per rank when present)."""
+    from spladekit.corpus_encoding import encode_to_shards
+
+    result = encode_to_shards(model, corpus, output, shard_size=shard_size, resume=resume, overwrite=overwrite,
+                              shard=shard, batch_size=batch_size, side=side, max_length=max_length,
+                              max_active_dims=max_active_dims, pooling=pooling, trust_remote_code=trust_remote_code)
+    meta = {} if result.manifest is None else result.manifest["meta"]
+    payload = {**meta, "output": str(output), "complete": result.manifest is not None, "shards": result.shards,
+               "documents": result.documents, "encoded_shards": result.encoded, "reused_shards": result.reused,
+               "seconds": result.seconds}
+    done = (f"complete: {meta['documents']} texts, avg nnz {meta['avg_nnz']:.1f}" if result.manifest is not None
+            else "not complete yet: the process that seals the last shard (under torchrun: rank 0) writes "
+            "manifest.json")
+    emit(payload, as_json, None, f"encoded {len(result.encoded)} of {result.shards} shards, reused "
+         f"{len(result.reused)} in {result.seconds:.1f}s; {done} -> {output}")

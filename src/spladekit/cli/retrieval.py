@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -12,6 +13,9 @@ from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
 from spladekit.errors import SpladekitError
 from spladekit.index import BACKENDS, backend_class
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 def backend_help() -> str:
@@ -49,7 +53,9 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def index(
-    vectors: Path = typer.Argument(..., help="Folder written by `spladekit encode` (vectors.npz, ids.json)."),
+    vectors: Path = typer.Argument(..., help="Vectors folder written by `spladekit encode` (sharded: read shard by "
+                                   "shard, each checked against the manifest's sha256) or a single-file one "
+                                   "(vectors.npz, ids.json)."),
     output: Path = typer.Option(..., "--output", "-o", help="Index folder to write (manifest.json with format "
                                 "version and sha256 per file, backend files, ids.json). Written atomically."),
     backend: str = BACKEND,
@@ -67,18 +73,35 @@ def index(
     params = searcher_class.check_params(parse_params(param))  # before reading the vectors
     check_max_active_dims(max_active_dims)
     with opened(output, folder=True, overwrite=overwrite) as staged:
-        documents = Vectors.load(vectors)
-        matrix = documents.matrix if max_active_dims is None else keep_top_weights(documents.matrix, max_active_dims)
+        ids: list[str] = []
+        meta: dict = {}
+        postings = 0
+        reading = 0.0  # seconds spent reading and verifying shards, not building
+
+        def blocks() -> Iterator[sp.csr_matrix]:  # shard by shard: pruned, ids and postings collected on the way
+            nonlocal meta, postings, reading
+            shards = Vectors.blocks(vectors)
+            while True:
+                started = time.perf_counter()
+                block = next(shards, None)
+                reading += time.perf_counter() - started
+                if block is None:
+                    return
+                matrix = block.matrix if max_active_dims is None else keep_top_weights(block.matrix, max_active_dims)
+                ids.extend(block.ids)
+                meta = block.meta
+                postings += int(matrix.nnz)
+                yield matrix
+
         started = time.perf_counter()
-        searcher = searcher_class.build(matrix, **params)
-        seconds = time.perf_counter() - started
-        searcher.doc_ids = documents.ids
-        searcher.save(staged, meta={"vectors": str(vectors), "model": documents.meta.get("model"),
-                                    "max_length": documents.meta.get("max_length"),
-                                    "max_active_dims": max_active_dims})
+        searcher = searcher_class.build_from_blocks(blocks(), **params)
+        seconds = time.perf_counter() - started - reading
+        searcher.doc_ids = ids
+        searcher.save(staged, meta={"vectors": str(vectors), "model": meta.get("model"),
+                                    "max_length": meta.get("max_length"), "max_active_dims": max_active_dims})
     payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
                "vocab_size": searcher.vocab_size, "params": searcher.params, "max_active_dims": max_active_dims,
-               "postings": int(matrix.nnz), "build_seconds": round(seconds, 3)}
+               "postings": postings, "build_seconds": round(seconds, 3)}
     emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
 
 

@@ -45,23 +45,31 @@ def corpus_from_records(
     texts: list[str] = []
     seen: dict[str, int] = {}
     for number, record in records:
-        if not isinstance(record, dict):
-            raise InputError(f"expected a JSON object, got {type(record).__name__}", source, number)
-        for field in (id_field, text_field):
-            if field not in record:
-                raise InputError(f"missing field {field!r}", source, number)
-        doc_id = check_id(record[id_field], f"field {id_field!r}", source, number)
-        text, title = record[text_field], record.get("title") or ""
-        if not isinstance(text, str) or not isinstance(title, str):
-            raise InputError(f"fields {text_field!r} and 'title' must be strings", source, number)
+        doc_id, text = checked_record(number, record, source, id_field, text_field)
         if doc_id in seen:
             raise InputError(f"duplicate id {doc_id!r} (first seen on line {seen[doc_id]})", source, number)
         seen[doc_id] = number
         ids.append(doc_id)
-        texts.append(f"{title} {text}".strip() if title else text)
+        texts.append(text)
     if not ids:
         raise InputError("empty corpus: no records", source)
     return Corpus(ids, texts)
+
+
+def checked_record(number: int, record: object, source: str | Path, id_field: str = "_id",
+                   text_field: str = "text") -> tuple[str, str]:
+    """One record's ``(id, title + " " + text)``, or an :class:`InputError` naming ``source`` and ``number``
+    (every rule of :func:`corpus_from_records` but duplicate ids, which need the other records)."""
+    if not isinstance(record, dict):
+        raise InputError(f"expected a JSON object, got {type(record).__name__}", source, number)
+    for field in (id_field, text_field):
+        if field not in record:
+            raise InputError(f"missing field {field!r}", source, number)
+    doc_id = check_id(record[id_field], f"field {id_field!r}", source, number)
+    text, title = record[text_field], record.get("title") or ""
+    if not isinstance(text, str) or not isinstance(title, str):
+        raise InputError(f"fields {text_field!r} and 'title' must be strings", source, number)
+    return doc_id, f"{title} {text}".strip() if title else text
 
 
 def read_document(path: str | Path, doc_id: str, id_field: str = "_id", text_field: str = "text") -> str:
