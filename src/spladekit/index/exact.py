@@ -94,7 +94,7 @@ class ExactSearcher(Searcher):
                 doc_indices[i, : len(rows)], scores[i, : len(rows)] = rows, values
 
         blocks = range(0, queries.shape[0], self.query_batch)
-        if threads == 1 or len(blocks) == 1:
+        if threads == 1 or len(blocks) <= 1:
             for start in blocks:
                 search_block(start)
         else:
