@@ -106,10 +106,9 @@ class ExactSearcher(Searcher):
         """``accumulator`` ← the scores of the query ``Σ_v weights_v · P_v`` (terms ascending)."""
         accumulator.fill(0)
         indptr, indices, data = self.postings.indptr, self.postings.indices, self.postings.data
-        for term, weight in zip(terms, weights):
-            start, end = indptr[term], indptr[term + 1]
-            csc_matvec(self.n_docs, 1, np.array([0, end - start], dtype=indices.dtype), indices[start:end],
-                       data[start:end], np.array([weight], dtype=np.float32), accumulator)
+        for j, term in enumerate(terms.tolist()):
+            # one column whose entries are the whole index's from indptr[term] to indptr[term + 1]: no copy
+            csc_matvec(self.n_docs, 1, indptr[term : term + 2], indices, data, weights[j : j + 1], accumulator)
 
     def write_files(self, folder: Path) -> None:
         sp.save_npz(folder / POSTINGS_FILE, self.postings, compressed=False)
