@@ -18,7 +18,8 @@ row, no zero scores):
 
 Reported per method: build seconds, structure MiB (the index files the backend saves; brute force: the
 document CSR), queries/s with 1 thread and with all threads (``--threads``; backends with a
-``num_threads``/``threads`` search parameter), recall@k against ``exact`` and whether the top-k is
+``num_threads``/``threads`` search parameter) with the CPU seconds per wall-clock second of that run (above 1:
+the threads really ran at once, however loaded the machine), recall@k against ``exact`` and whether the top-k is
 identical to it. The slow baselines (before, brute force) run on the first ``--slow-queries`` queries.
 
 Several sizes (``--docs 1000000,2000000,4000000``) print the measured growth and a *linear extrapolation*
@@ -136,6 +137,14 @@ def timed(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any,
     return value, time.perf_counter() - started
 
 
+def timed_parallel(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+    """Like :func:`timed`, plus the CPU seconds of every thread of the process per wall-clock second: above
+    1 only when threads ran at the same time (the GIL was released), whatever the machine's load."""
+    cpu = time.process_time()
+    value, seconds = timed(function, *args, **kwargs)
+    return value, seconds, (time.process_time() - cpu) / seconds
+
+
 def saved_mib(searcher: Searcher) -> float:
     """The size of the files the backend saves for its index."""
     with tempfile.TemporaryDirectory() as folder:
@@ -175,19 +184,19 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
     exact, build = timed(ExactSearcher.build, documents)
     size = saved_mib(exact)
     reference, one = timed(exact.search, queries, k=args.k, num_threads=1)
-    result, everyone = timed(exact.search, queries, k=args.k, num_threads=args.threads)
+    result, everyone, cpu = timed_parallel(exact.search, queries, k=args.k, num_threads=args.threads)
     rows.append({"method": "exact", "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
-                 "qps_all": queries.shape[0] / everyone, **compare(reference, result)})
+                 "qps_all": queries.shape[0] / everyone, "cpu_per_wall": cpu, **compare(reference, result)})
     if "before" in args.baselines:
         result, seconds = timed(before_search, exact.postings, slow, args.k, before_batch)
         rows.append({"method": f"exact before (query batch {before_batch})", "build_s": build, "mib": size,
-                     "qps_1": slow.shape[0] / seconds, "qps_all": None, **compare(reference, result)})
+                     "qps_1": slow.shape[0] / seconds, "qps_all": None, "cpu_per_wall": None, **compare(reference, result)})
     del exact
     if "brute" in args.baselines:
         result, seconds = timed(brute_force_search, documents, slow, args.k, args.brute_batch)
         rows.append({"method": f"scipy brute force (D @ Qᵀ, query batch {args.brute_batch})", "build_s": 0.0,
                      "mib": sum(a.nbytes for a in (documents.data, documents.indices, documents.indptr)) / 2**20,
-                     "qps_1": slow.shape[0] / seconds, "qps_all": None, **compare(reference, result)})
+                     "qps_1": slow.shape[0] / seconds, "qps_all": None, "cpu_per_wall": None, **compare(reference, result)})
 
     for name in args.backends:
         if name == "exact":
@@ -199,15 +208,15 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
         searcher, build = timed(backend.build, documents, **backend.check_params(params))
         size = saved_mib(searcher)
         threads = thread_param(backend)
+        everyone = cpu = None
         if threads is None:
             result, one = timed(searcher.search, queries, k=args.k)
-            everyone = None
         else:
             result, one = timed(searcher.search, queries, k=args.k, **{threads: 1})
-            _, everyone = timed(searcher.search, queries, k=args.k, **{threads: args.threads})
+            _, everyone, cpu = timed_parallel(searcher.search, queries, k=args.k, **{threads: args.threads})
         label = f"{name} ({', '.join(f'{key}={value}' for key, value in params.items())})" if params else name
         rows.append({"method": label, "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
-                     "qps_all": None if everyone is None else queries.shape[0] / everyone,
+                     "qps_all": None if everyone is None else queries.shape[0] / everyone, "cpu_per_wall": cpu,
                      **compare(reference, result)})
         del searcher
     print_table(rows, args)
@@ -215,11 +224,12 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
-    print(f"\n| method | build (s) | structure (MiB) | queries/s (1 thread) | queries/s ({args.threads} threads) | "
-          f"recall@{args.k} vs exact | same top-k as exact |")
+    print(f"\n| method | build (s) | structure (MiB) | queries/s (1 thread) | queries/s ({args.threads} threads; "
+          f"CPU/wall) | recall@{args.k} vs exact | same top-k as exact |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        everyone = "—" if row["qps_all"] is None else f"{row['qps_all']:,.1f}"
+        everyone = ("—" if row["qps_all"] is None
+                    else f"{row['qps_all']:,.1f} ({row['cpu_per_wall']:.2f})")
         print(f"| {row['method']} | {row['build_s']:.1f} | {row['mib']:,.0f} | {row['qps_1']:,.1f} | {everyone} | "
               f"{row['recall']:.3f} | {'yes' if row['identical'] else 'no'} |")
     exact, before = rows[0], next((row for row in rows if row["method"].startswith("exact before")), None)
