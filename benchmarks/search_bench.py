@@ -18,8 +18,8 @@ row, no zero scores):
 
 Reported per method: build seconds, structure MiB (the index files the backend saves; brute force: the
 document CSR), queries/s with 1 thread and with all threads (``--threads``; backends with a
-``num_threads``/``threads`` search parameter) with the CPU seconds per wall-clock second of that run (above 1:
-the threads really ran at once, however loaded the machine), recall@k against ``exact`` and whether the top-k is
+``num_threads``/``threads`` search parameter) with the CPU seconds per wall-clock second of each run (1 thread: the
+share of a core the machine left us; above 1 with threads: they really ran at once), recall@k against ``exact`` and whether the top-k is
 identical to it. The slow baselines (before, brute force) run on the first ``--slow-queries`` queries.
 
 Several sizes (``--docs 1000000,2000000,4000000``) print the measured growth and a *linear extrapolation*
@@ -183,10 +183,11 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
     rows = []
     exact, build = timed(ExactSearcher.build, documents)
     size = saved_mib(exact)
-    reference, one = timed(exact.search, queries, k=args.k, num_threads=1)
+    reference, one, cpu_one = timed_parallel(exact.search, queries, k=args.k, num_threads=1)
     result, everyone, cpu = timed_parallel(exact.search, queries, k=args.k, num_threads=args.threads)
     rows.append({"method": "exact", "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
-                 "qps_all": queries.shape[0] / everyone, "cpu_per_wall": cpu, **compare(reference, result)})
+                 "cpu_per_wall_1": cpu_one, "qps_all": queries.shape[0] / everyone, "cpu_per_wall": cpu,
+                 **compare(reference, result)})
     if "before" in args.baselines:
         result, seconds = timed(before_search, exact.postings, slow, args.k, before_batch)
         rows.append({"method": f"exact before (query batch {before_batch})", "build_s": build, "mib": size,
@@ -208,14 +209,15 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
         searcher, build = timed(backend.build, documents, **backend.check_params(params))
         size = saved_mib(searcher)
         threads = thread_param(backend)
-        everyone = cpu = None
+        everyone = cpu = cpu_one = None
         if threads is None:
             result, one = timed(searcher.search, queries, k=args.k)
         else:
-            result, one = timed(searcher.search, queries, k=args.k, **{threads: 1})
+            result, one, cpu_one = timed_parallel(searcher.search, queries, k=args.k, **{threads: 1})
             _, everyone, cpu = timed_parallel(searcher.search, queries, k=args.k, **{threads: args.threads})
         label = f"{name} ({', '.join(f'{key}={value}' for key, value in params.items())})" if params else name
         rows.append({"method": label, "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
+                     "cpu_per_wall_1": cpu_one,
                      "qps_all": None if everyone is None else queries.shape[0] / everyone, "cpu_per_wall": cpu,
                      **compare(reference, result)})
         del searcher
@@ -224,13 +226,14 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
-    print(f"\n| method | build (s) | structure (MiB) | queries/s (1 thread) | queries/s ({args.threads} threads; "
-          f"CPU/wall) | recall@{args.k} vs exact | same top-k as exact |")
+    print(f"\n| method | build (s) | structure (MiB) | queries/s (1 thread; CPU/wall) | queries/s ({args.threads} "
+          f"threads; CPU/wall) | recall@{args.k} vs exact | same top-k as exact |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
         everyone = ("—" if row["qps_all"] is None
                     else f"{row['qps_all']:,.1f} ({row['cpu_per_wall']:.2f})")
-        print(f"| {row['method']} | {row['build_s']:.1f} | {row['mib']:,.0f} | {row['qps_1']:,.1f} | {everyone} | "
+        one = f"{row['qps_1']:,.1f}" + ("" if row.get("cpu_per_wall_1") is None else f" ({row['cpu_per_wall_1']:.2f})")
+        print(f"| {row['method']} | {row['build_s']:.1f} | {row['mib']:,.0f} | {one} | {everyone} | "
               f"{row['recall']:.3f} | {'yes' if row['identical'] else 'no'} |")
     exact, before = rows[0], next((row for row in rows if row["method"].startswith("exact before")), None)
     if before is not None:
