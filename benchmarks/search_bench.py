@@ -261,15 +261,16 @@ def print_growth(sizes: list[int], results: list[list[dict]], args: argparse.Nam
             fitted = [1 / value for value in values] if invert else values  # s/query grows ~linearly
             slope, intercept = np.polyfit(sizes, fitted, 1)
             projected = intercept + slope * target
-            projected = 1 / projected if invert else projected
+            shown = "— (no growth to fit)" if projected <= 0 else f"{1 / projected if invert else projected:,.1f}"
             growth = ", ".join(f"×{b / a:.2f}" if a else "—" for a, b in zip(values, values[1:]))
             print(f"| {row['method']} | {label} | {' | '.join(f'{value:,.1f}' for value in values)} | {growth} | "
-                  f"{projected:,.1f} |")
+                  f"{shown} |")
         if row["qps_all"] is not None:
             seconds_per_query = np.polyfit(sizes, [1 / entry["qps_all"] for entry in series], 1)
             total = (seconds_per_query[1] + seconds_per_query[0] * target) * args.extrapolate_queries
+            shown = "— (no growth to fit)" if total <= 0 else f"{total / 60:,.1f} min"
             print(f"| {row['method']} | {args.extrapolate_queries:,} queries, {args.threads} threads "
-                  f"(extrapolated) | {' | '.join('' for _ in sizes)} | | {total / 60:,.1f} min |")
+                  f"(extrapolated) | {' | '.join('' for _ in sizes)} | | {shown} |")
 
 
 def main() -> None:
