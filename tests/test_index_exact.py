@@ -45,7 +45,8 @@ def sparse_problem(draw):
 @given(sparse_problem())
 def test_exact_equals_brute_force(problem):
     documents, queries, k = problem
-    result = ExactSearcher.build(documents, query_batch=3).search(queries, k=k)
+    searcher = ExactSearcher.build(documents, query_batch=3)
+    result = searcher.search(queries, k=k, num_threads=1)
     expected, scores = brute_force(queries, documents, k)
     expected = expected[:, : min(k, documents.shape[0])]  # no query has more hits than there are documents
     np.testing.assert_array_equal(result.doc_indices, expected)
@@ -53,6 +54,55 @@ def test_exact_equals_brute_force(problem):
         hits = expected[i] >= 0
         np.testing.assert_allclose(result.scores[i][hits], scores[i][expected[i][hits]], rtol=1e-6)
         assert (result.scores[i][~hits] == 0).all()
+    threaded = searcher.search(queries, k=k, num_threads=3)
+    np.testing.assert_array_equal(threaded.doc_indices, result.doc_indices)
+    np.testing.assert_array_equal(threaded.scores, result.scores)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+@pytest.mark.parametrize("query_batch", [1, 4, 64])
+def test_scores_are_scipys_float32_sums_bit_for_bit_at_any_thread_count(threads, query_batch):
+    """The accumulator adds the terms in scipy's order, so each score is exactly ``(Q @ D.T)[q, d]``; ties
+    (integer weights make many) are broken by lower row whatever the threads and blocks."""
+    documents = zipf_matrix(700, 200, 30, seed=20)
+    documents.data = np.ceil(documents.data * 2)  # few distinct sums: ties everywhere, also at the cut
+    queries = zipf_matrix(37, 200, 8, seed=21)
+    queries.data = np.ceil(queries.data)
+    result = ExactSearcher.build(documents, query_batch=query_batch).search(queries, k=30, num_threads=threads)
+    product = (queries @ documents.T).toarray()
+    for i in range(queries.shape[0]):
+        positive = np.flatnonzero(product[i] > 0)
+        expected = positive[np.lexsort((positive, -product[i][positive]))][:30]
+        np.testing.assert_array_equal(result.doc_indices[i][: len(expected)], expected)
+        assert (result.doc_indices[i][len(expected):] == -1).all()
+        np.testing.assert_array_equal(result.scores[i][: len(expected)], product[i][expected])
+    assert len(np.unique(product)) < 200  # the ties were there
+
+
+def test_empty_queries_and_queries_sharing_no_term_get_no_hits():
+    documents = sp.csr_matrix(np.array([[1.0, 0, 0], [0, 2.0, 0], [0.5, 0.5, 0]], dtype=np.float32))
+    queries = sp.csr_matrix(np.array([[0, 0, 0], [0, 0, 3.0], [0, 1.0, 0], [0, 0, 0]], dtype=np.float32))
+    for threads in (1, 2):
+        result = ExactSearcher.build(documents, query_batch=1).search(queries, k=5, num_threads=threads)
+        assert result.doc_indices.tolist() == [[-1, -1, -1], [-1, -1, -1], [1, 2, -1], [-1, -1, -1]]
+        assert result.scores.tolist() == [[0, 0, 0], [0, 0, 0], [2.0, 0.5, 0], [0, 0, 0]]
+    nothing = ExactSearcher.build(documents).search(sp.csr_matrix((0, 3), dtype=np.float32), k=2)
+    assert nothing.doc_indices.shape == nothing.scores.shape == (0, 2)
+
+
+def test_num_threads_is_a_search_parameter_saved_with_the_index(tmp_path):
+    documents, queries = zipf_matrix(60, 40, 8, seed=22), zipf_matrix(9, 40, 4, seed=23)
+    searcher = build_index(documents, "exact", num_threads="2")
+    assert searcher.params == {"query_batch": 16, "num_threads": 2}
+    searcher.save(tmp_path / "index")
+    loaded = load_index(tmp_path / "index")
+    assert loaded.params["num_threads"] == 2
+    np.testing.assert_array_equal(loaded.search(queries, k=4, num_threads=1).doc_indices,
+                                  searcher.search(queries, k=4).doc_indices)
+    with pytest.raises(SpladekitError, match=r"exact parameter num_threads=-1: must be an integer >= 0"):
+        searcher.search(queries, num_threads=-1)
+    with pytest.raises(SpladekitError, match="exact does not take query_batch at search time"):
+        searcher.search(queries, query_batch=2)
 
 
 def test_exact_matches_scipy_product_on_zipf_data():

@@ -54,7 +54,7 @@ def test_bad_build_parameter_is_one_clear_line_before_any_work(backend, name, va
 def test_unknown_parameter_lists_the_valid_ones():
     with pytest.raises(SpladekitError, match="bmp does not take bogus; it takes: bsize, compress_range, alpha, beta$"):
         build_index(None, "bmp", bogus=1)
-    with pytest.raises(SpladekitError, match="exact does not take heap_factor at search time; it takes: no param"):
+    with pytest.raises(SpladekitError, match="exact does not take heap_factor at search time; it takes: num_threads$"):
         ExactSearcher.check_params({"heap_factor": "0.5"}, "search")
 
 
@@ -71,7 +71,8 @@ def test_command_line_strings_are_typed_by_the_declarations():
     assert typed == {"bsize": 64, "compress_range": True, "alpha": 0.5, "beta": 1.0}
     assert type(typed["beta"]) is float
     assert BACKENDS["qdrant"].check_params({"url": None, "recreate": "no"}) == {"url": None, "recreate": False}
-    assert build_index(zipf_matrix(10, 20, 4, seed=1), "exact", query_batch="3").params == {"query_batch": 3}
+    assert build_index(zipf_matrix(10, 20, 4, seed=1), "exact", query_batch="3").params == {"query_batch": 3,
+                                                                                          "num_threads": 0}
 
 
 def test_search_parameters_are_checked_and_build_ones_refused_at_search_time():
