@@ -18,6 +18,8 @@ TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
 )
 JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
+DEVICE = typer.Option("auto", "--device", help="Where the model runs: auto (the GPU when CUDA is available, "
+                      "else the CPU), cpu, cuda or cuda:N.")
 JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file (must not exist "
                            "unless --overwrite; checked before the work).")
 OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
@@ -136,10 +138,12 @@ def encode(
     pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
                                 "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
+    device: str = DEVICE,
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Encode a corpus (documents, or queries with --side query) into SPLADE vectors."""
     from spladekit.data import read_corpus
+    from spladekit.devices import resolve_device
     from spladekit.encoder import check_side
     from spladekit.model_loading import load_model
     from spladekit.vectors import Vectors
@@ -147,9 +151,10 @@ def encode(
 
     checked_side = check_side(side)
     check_max_active_dims(max_active_dims)
+    where = str(resolve_device(device))
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = read_corpus(corpus)
-        encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where)
         encode_side = encoder.encode_query if checked_side == "query" else encoder.encode_document
         started = time.perf_counter()
         matrix = encode_side(documents.texts, batch_size=batch_size, max_length=max_length,
