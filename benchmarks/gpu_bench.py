@@ -10,7 +10,9 @@ weights:
   sentence-transformers ``SparseEncoder`` runs (its forward, called directly);
 * ``fused``: ``spladekit.SparseEncoder(pooling="fused")`` (fp32, exact);
 * ``fused-bf16``: ``pooling="fused-bf16"`` (bf16 screen bounded by rounding-error analysis, fp32 recompute);
-* ``fused+autocast``: ``pooling="fused"`` under ``spladekit.devices.autocast`` (bf16 backbone and head).
+* ``fused+autocast``: ``pooling="fused"`` under ``spladekit.devices.autocast`` (bf16 backbone and head);
+* ``backbone``: the model up to the vocabulary projection only (``SparseEncoder.head_inputs``), to read
+  what the backbone costs and the head adds (encoding only).
 
 Encoding: ``--batches`` forward passes under ``torch.inference_mode`` after one warm-up: docs/s and
 tokens/s. Training: ``--steps`` steps after one warm-up (``--batch`` queries of 32 tokens, one positive
@@ -39,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-CONFIGS = ("sentence-transformers", "fused", "fused-bf16", "fused+autocast")
+CONFIGS = ("sentence-transformers", "fused", "fused-bf16", "fused+autocast", "backbone")
 QUERY_LENGTH = 32
 LAMBDA = 1e-3
 
@@ -74,7 +76,7 @@ class Splade(torch.nn.Module):
         self.config = config
         self.model = model
         self.pooling = SpladePooling(pooling_strategy="max")
-        pooling = "fused" if config in ("sentence-transformers", "fused+autocast") else config
+        pooling = config if config in ("fused", "fused-bf16") else "fused"
         self.encoder = SparseEncoder(Backbone(model=model, tokenizer=None, source=f"random-init {shape}"),
                                      pooling=pooling)
 
@@ -85,6 +87,8 @@ class Splade(torch.nn.Module):
             logits = self.model(**batch).logits
             return self.pooling({"token_embeddings": logits, "attention_mask": batch["attention_mask"]})[
                 "sentence_embedding"]
+        if self.config == "backbone":
+            return self.encoder.head_inputs(batch)[0]
         with autocast(batch["input_ids"].device, self.config == "fused+autocast"):
             return self.encoder(batch).float()
 
@@ -160,8 +164,10 @@ def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> 
             "peak_mb": peak_mb(device)}
 
 
-def markdown(results: dict, device: torch.device) -> str:
+def markdown(results: dict, device: torch.device, configs: list[str]) -> str:
+    """The table; on the CPU, peak memory only when one configuration ran (a process's peak RSS is shared)."""
     memory = "peak MB (max_memory_allocated)" if device.type == "cuda" else "peak RSS MB (process)"
+    per_config = device.type == "cuda" or len(configs) == 1
     lines = [f"| shape | task | configuration | speed | tokens/s | × sentence-transformers | {memory} | × ST |",
              "|---|---|---|---|---|---|---|---|"]
     for shape, tasks in results.items():
@@ -170,9 +176,10 @@ def markdown(results: dict, device: torch.device) -> str:
             reference = configs.get("sentence-transformers")
             for config, row in configs.items():
                 ratio = f"{row[unit] / reference[unit]:.2f}×" if reference else "–"
-                memory_ratio = f"{row['peak_mb'] / reference['peak_mb']:.2f}×" if reference else "–"
+                memory_ratio = f"{row['peak_mb'] / reference['peak_mb']:.2f}×" if reference and per_config else "–"
+                peak = f"{row['peak_mb']:.0f}" if per_config else "–"
                 lines.append(f"| {shape} | {task} | {config} | {row[unit]:.2f} {unit.replace('_per_s', '/s')} | "
-                             f"{row['tokens_per_s']:.0f} | {ratio} | {row['peak_mb']:.0f} | {memory_ratio} |")
+                             f"{row['tokens_per_s']:.0f} | {ratio} | {peak} | {memory_ratio} |")
     return "\n".join(lines)
 
 
@@ -208,6 +215,8 @@ def main() -> None:
             measure = {"encode": measure_encoding, "train": measure_training}[task]
             results[shape][task] = {}
             for config in configs:
+                if task == "train" and config == "backbone":
+                    continue
                 # training changes the weights: every configuration starts from the same copy
                 splade = Splade(config, copy.deepcopy(model) if task == "train" else model, shape)
                 results[shape][task][config] = measure(splade, args, device, vocab)
@@ -219,7 +228,7 @@ def main() -> None:
     if args.output:
         args.output.write_text(json.dumps({**header, "results": results}, indent=2) + "\n")
     print(json.dumps(header))
-    print(markdown(results, device))
+    print(markdown(results, device, configs))
 
 
 if __name__ == "__main__":

@@ -135,8 +135,10 @@ def encode(
                                              "for that side, else 256)."),
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
-    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
-                                "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
+    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (a bf16 matmul "
+                                "screens the terms under a proven rounding-error bound, fp32 recomputes the rest: "
+                                "the same non-zero set; faster only where bf16 matmuls are, e.g. AVX512-BF16 CPUs "
+                                "and GPUs, see docs/benchmarks.md) or naive (B x L x V logits)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     device: str = DEVICE,
     as_json: bool = JSON_FLAG,
