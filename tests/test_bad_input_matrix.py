@@ -130,6 +130,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
                                              "--output", t / "OUT"], "unknown pooling"),
     ("encode-unknown-side", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--side", "passage",
                                           "--output", t / "OUT"], "unknown side 'passage'"),
+    ("encode-unknown-device", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--device", "tpu9",
+                                            "--output", t / "OUT"], "unknown device 'tpu9'"),
     ("encode-max-active-dims-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
                                                   "--max-active-dims", "0", "--output", t / "OUT"], "max_active_dims"),
     ("encode-shard-out-of-range", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
@@ -180,6 +182,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # train
     ("train-yaml-syntax", lambda t, w: ["train", write(t / "bad" / "c.yaml", "backbone: [unclosed\n"), "--output", t / "OUT"],
      "c.yaml:"),
+    ("train-unknown-device", lambda t, w: ["train", w["train"], "--device", "tpu9", "--output", t / "OUT"],
+     "unknown device 'tpu9'"),
     ("train-unknown-key", lambda t, w: ["train", w["train"], "--set", "optimization.lr_rate=1", "--output", t / "OUT"],
      "did you mean"),
     ("train-negative-grad-norm", lambda t, w: ["train", w["train"], "--set", "optimization.max_grad_norm=-1",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -12,8 +14,16 @@ from hypothesis import strategies as st
 
 from conftest import shared_path
 from spladekit import SparseEncoder
+from spladekit import pooling as pooling_module
 from spladekit.errors import SpladekitError
-from spladekit.pooling import splade_max_pool, splade_max_pool_fused
+from spladekit.pooling import (
+    ACCUMULATION_UNIT_ROUNDOFF,
+    _augmented,
+    screen_candidates,
+    screen_is_sound,
+    splade_max_pool,
+    splade_max_pool_fused,
+)
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 
@@ -279,3 +289,164 @@ def test_real_model_on_scifact_fused_and_bf16_match_naive():
     for pooling in ("fused", "fused-bf16"):
         assert np.abs(vectors[pooling] - naive).max() <= 1e-3, pooling
         assert np.array_equal(vectors[pooling] > 0, naive > 0), pooling
+
+
+# ----------------------------------------------------------------------------- the bounded bf16 screen
+def screened_and_fp32(hidden, weight, bias, mask, grad_output, chunk_size=4, recompute_limit=1.0):
+    """Values and gradients (hidden, weight, bias) of the fp32 fused path and of the bf16-screened one; by
+    default the screen's candidates are recomputed however many there are (no fallback to the fp32 pass)."""
+    results = []
+    for search_dtype in (None, torch.bfloat16):
+        leaves = [tensor.detach().clone().requires_grad_() for tensor in (hidden, weight, bias)]
+        with patch.object(pooling_module, "RECOMPUTE_LIMIT", recompute_limit):
+            out = splade_max_pool_fused(*leaves, mask, chunk_size=chunk_size, search_dtype=search_dtype)
+        results.append((out.detach(), torch.autograd.grad(out, leaves, grad_output)))
+    return results
+
+
+def test_this_machines_bf16_matmul_accumulates_in_float32():
+    """The screen's error model holds for torch's CPU bf16 matmul (else every screened test below would
+    silently run the fp32 path): measured at the widths of splade-tiny and BERT-base heads."""
+    for width in (6, 130, 770):
+        assert screen_is_sound(torch.device("cpu"), torch.bfloat16, width)
+
+
+def test_the_probe_rejects_a_matmul_that_accumulates_in_bf16():
+    def bf16_accumulation(left, right):
+        total = torch.zeros(left.shape[0], right.shape[1], dtype=torch.bfloat16)
+        for k in range(left.shape[1]):
+            total = (total.float() + left[:, k : k + 1].float() * right[k : k + 1].float()).bfloat16()
+        return total
+
+    assert not screen_is_sound(torch.device("cpu"), torch.bfloat16, 130, product=bf16_accumulation)
+    assert screen_is_sound(torch.device("cpu"), torch.bfloat16, 130,
+                           product=lambda left, right: (left.float() @ right.float()).bfloat16())
+
+
+@settings(max_examples=30, deadline=None)
+@given(scale=st.sampled_from([0.01, 1.0, 100.0, 1e4]), cancel=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_bound_covers_every_bf16_logit(scale, cancel, seed):
+    """The proof's inequality, checked on the actual bf16 matmul: for every (token, term),
+    ℓ ≤ ℓ̃ + u|ℓ̃| + bound (the per-text bound of screen_candidates), ℓ exact in float64. With ``cancel``
+    each logit is a difference of two large halves, where the old fixed 1.0-logit margin fails."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, length, width, vocab = 3, 7, 16, 40
+    hidden = scale * torch.randn(batch, length, width, generator=generator)
+    weight = torch.randn(vocab, width, generator=generator)
+    if cancel:  # h_t · W_v = a − a' with a ≈ a' large: the bf16 rounding of the inputs dominates
+        hidden[..., width // 2 :] = hidden[..., : width // 2] * (1 + 1e-3 * torch.randn(batch, length, width // 2,
+                                                                                      generator=generator))
+        weight[:, width // 2 :] = -weight[:, : width // 2]
+    bias = torch.randn(vocab, generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[0, 3:] = 0
+    exact = hidden.double() @ weight.double().T + bias.double()  # B × L × V
+    tokens, terms = _augmented(hidden, weight, bias, mask, torch.bfloat16)  # the screen's own matmul
+    screened = (tokens @ terms.T).float().view(batch, length, vocab)
+    # The pooled screen's max over tokens, per token here: every (token, term) must pass the test alone.
+    for token in range(length):
+        keep = mask[:, token].bool()
+        candidates = screen_candidates(screened[:, token], hidden, weight, bias, mask, torch.bfloat16)
+        assert candidates[keep][exact[keep, token] > 0].all()
+
+
+def test_a_positive_term_the_old_fixed_margin_dropped_is_kept():
+    """ℓ = 1001·10 − 1000·10 − 5 = 5 > 0, but bf16 rounds 1001 to 1000: ℓ̃ = −5, below the old −1.0 margin."""
+    hidden = torch.tensor([[[1001.0, 1000.0]]])
+    weight = torch.tensor([[10.0, -10.0]])
+    bias = torch.tensor([-5.0])
+    mask = torch.ones(1, 1, dtype=torch.long)
+    screened = splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.bfloat16)
+    assert float((hidden.bfloat16() @ weight.bfloat16().T + bias.bfloat16()).float()) < -1
+    assert torch.equal(screened, torch.log1p(torch.tensor([[5.0]])))
+
+
+def exact_arithmetic_inputs(data, scale_power):
+    """Inputs on which every float32 sum is exact in any order (integers × 2^e, partial sums < 2^24 units),
+    so the fp32 result is the real one and must be reproduced bit for bit; their bf16 roundings are not
+    exact (up to 10 significant bits). Adversarial: a head scaled by 2^scale_power, exact ties (repeated
+    tokens), bias-only terms (W_v = 0) and max logits of exactly −1, 0, +1 units (text 0) against
+    products of up to 2^20 units."""
+    batch, length, width, vocab = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6)),
+                                   data.draw(st.integers(1, 6)), data.draw(st.integers(1, 24)))
+    seed = data.draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    hidden_units = torch.randint(-1023, 1024, (batch, length, width), generator=generator).double()
+    weight_units = torch.randint(-1023, 1024, (vocab, width), generator=generator).double()
+    bias_units = torch.randint(-(2**21), 2**21, (vocab,), generator=generator).double()
+    if length > 1 and data.draw(st.booleans()):
+        hidden_units[:, 1] = hidden_units[:, 0]  # exact ties on every term
+    bias_only = torch.rand(vocab, generator=generator) < 0.2
+    weight_units[bias_only] = 0
+    bias_units[bias_only] = torch.randint(-3, 4, (int(bias_only.sum()),), generator=generator).double()
+    # Text 0 has one real token; near-zero terms get exactly −1, 0 or +1 units there, which is its max.
+    near_zero = (torch.rand(vocab, generator=generator) < 0.4) & ~bias_only
+    target = (hidden_units[0, 0] * weight_units).sum(1)  # that token's logit without bias
+    offset = torch.randint(-1, 2, (vocab,), generator=generator).double()
+    bias_units = torch.where(near_zero, -target + offset, bias_units)
+    unit = 2.0 ** (scale_power - 14)  # hidden in units of 2^-6, W of 2^(scale_power - 8)
+    hidden = (hidden_units * 2.0**-6).float()
+    weight = (weight_units * 2.0 ** (scale_power - 8)).float()
+    bias = (bias_units * unit).float()
+    mask = (torch.rand(batch, length, generator=generator) > 0.2).long()
+    mask[0] = 0
+    mask[0, 0] = 1
+    grad_output = torch.randn(batch, vocab, generator=generator)
+    return hidden, weight, bias, mask, grad_output
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), scale_power=st.sampled_from([-7, 0, 7]), chunk_size=st.integers(1, 8),
+       recompute_limit=st.sampled_from([0.0, 1.0]))
+def test_property_screened_equals_fp32_bitwise_on_exact_inputs(data, scale_power, chunk_size, recompute_limit):
+    """Both ways out of the screen (recompute the candidates; too many candidates: the fp32 pass)."""
+    hidden, weight, bias, mask, grad_output = exact_arithmetic_inputs(data, scale_power)
+    (fp32, fp32_grads), (screened, screened_grads) = screened_and_fp32(hidden, weight, bias, mask, grad_output,
+                                                                       chunk_size, recompute_limit)
+    exact = torch.where(mask.bool().unsqueeze(-1), hidden.double() @ weight.double().T + bias.double(), -math.inf)
+    assert torch.equal(fp32 > 0, exact.amax(1) > 0)  # the reference really is the exact result
+    assert torch.equal(screened, fp32)
+    for screened_grad, fp32_grad in zip(screened_grads, fp32_grads):
+        assert torch.equal(screened_grad, fp32_grad)
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.sampled_from([1.0, 100.0]), seed=st.integers(0, 2**16))
+def test_property_screened_matches_fp32_on_random_large_norm_heads(scale, seed):
+    """Real-valued inputs (rounded differently by the two paths' matmuls): the non-zero sets agree except
+    where the fp32 value itself is within float32's rounding error of 0, values within 1e-6 relative to
+    the logits' size, gradients likewise. ×100 heads make the bound keep most terms (the fp32 fallback)."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, length, width, vocab = 3, 12, 16, 200
+    hidden = torch.nn.functional.layer_norm(torch.randn(batch, length, width, generator=generator), (width,))
+    weight = scale * torch.randn(vocab, width, generator=generator) / 4
+    bias = scale * torch.randn(vocab, generator=generator) - 2 * scale
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, 0] = 0
+    grad_output = torch.randn(batch, vocab, generator=generator)
+    (fp32, fp32_grads), (screened, screened_grads) = screened_and_fp32(hidden, weight, bias, mask, grad_output, 64)
+    size = hidden.norm(dim=2).amax(1, keepdim=True) * weight.norm(dim=1) + bias.abs()
+    fp32_noise = 2 * (width + 2) * ACCUMULATION_UNIT_ROUNDOFF * size  # ≥ γ_n·s of both fp32 matmuls
+    sure = torch.expm1(fp32).abs() > fp32_noise  # fp32 max logit clear of 0 by more than its error
+    assert (fp32 > 0).sum() > 10
+    assert torch.equal((screened > 0)[sure], (fp32 > 0)[sure])
+    assert ((screened - fp32).abs() <= 1e-6 * (1 + size)).all()
+    for screened_grad, fp32_grad in zip(screened_grads, fp32_grads):
+        torch.testing.assert_close(screened_grad, fp32_grad, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_nan_hidden_states_stay_nan_through_the_screen():
+    hidden, weight, bias, mask = random_inputs(vocab=30, dtype=torch.float32)
+    hidden[1, -1] = 0.0
+    hidden[0, 1, 0] = float("nan")
+    with torch.inference_mode():
+        screened = splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.bfloat16)
+        fp32 = splade_max_pool_fused(hidden, weight, bias, mask)
+    assert torch.equal(screened.isnan(), fp32.isnan()) and screened[0].isnan().any()
+
+
+def test_unsupported_screen_dtype_is_refused():
+    hidden, weight, bias, mask = random_inputs(dtype=torch.float32)
+    with pytest.raises(ValueError, match="search_dtype"):
+        splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.float16)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from spladekit.data.lines import error_reason, expect, first_line, read_json, reading
+from spladekit.devices import resolve_device
 from spladekit.errors import InputError, SpladekitError
 from spladekit.foreign_models import resolve_model_folder
 from spladekit.sources import fetching, is_local_model
@@ -177,7 +178,7 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
         log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))
     model.eval()
     if device is not None:
-        model.to(device)
+        model.to(resolve_device(device))
     vocab_projection(model)  # fail now, not at encode time, if there is no usable projection
     return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh, settings=settings)
 

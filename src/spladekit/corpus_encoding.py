@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from spladekit.atomic import check_new_output, open_in_place, open_output
 from spladekit.data.stream import iter_corpus, scan_corpus, update_fingerprint
 from spladekit.encoder import check_side
+from spladekit.devices import resolve_device
 from spladekit.errors import SpladekitError
 from spladekit.model_loading import RetrievalModel, load_model, model_fingerprint
 from spladekit.shards import (
@@ -182,7 +183,7 @@ def _check_output(output: Path, resume: bool, overwrite: bool, several: bool) ->
 def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shard_size: int = DEFAULT_SHARD_SIZE,
                      resume: bool = False, overwrite: bool = False, shard: str | None = None, batch_size: int = 32,
                      side: str = "document", max_length: int | None = None, max_active_dims: int | None = None,
-                     pooling: str = "fused", trust_remote_code: bool = False,
+                     pooling: str = "fused", trust_remote_code: bool = False, device: str | None = "auto",
                      show_progress: bool = True) -> ShardedEncoding:
     """Encode ``corpus`` (a JSONL file, BEIR folder, HF or ir_datasets id) with ``model`` into the sharded
     vectors folder ``output``; every check happens before the folder is created (see the module docstring)."""
@@ -194,6 +195,7 @@ def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shar
     if resume and overwrite:
         raise SpladekitError("--resume keeps complete shards, --overwrite replaces the folder: give only one")
     selection = parse_shard(shard)
+    resolve_device(device, local_rank=int(os.environ.get("LOCAL_RANK", "0")))  # a bad --device fails before any work
     ranks = int(os.environ.get("WORLD_SIZE", "1"))
     if ranks > 1 and shard is not None:
         raise SpladekitError("--shard I/N and torchrun ranks both split the shards: use one of them")
@@ -206,22 +208,22 @@ def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shar
         if not several and not overwrite:  # one process writes the whole folder: a second one fails at once
             stack.enter_context(open_in_place(output))
         return _encode(model, corpus, output, shard_size, resume, overwrite, selection, ranks, batch_size, side,
-                       max_length, max_active_dims, pooling, trust_remote_code, show_progress)
+                       max_length, max_active_dims, pooling, trust_remote_code, device, show_progress)
 
 
 def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resume: bool, overwrite: bool,
             selection: ShardSelection, ranks: int, batch_size: int, side: str, max_length: int | None,
-            max_active_dims: int | None, pooling: str, trust_remote_code: bool,
+            max_active_dims: int | None, pooling: str, trust_remote_code: bool, device: str | None,
             show_progress: bool) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
     if ranks > 1:
         from spladekit.train.distributed import setup
 
-        processes = setup()
+        processes = setup(device)
         selection = ShardSelection(processes.rank, processes.world_size)
-    device = None if processes is None else str(processes.device)
-    encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=device)
+    where = str(resolve_device(device) if processes is None else processes.device)
+    encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where)
     plan = build_plan(encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length,
                       max_active_dims, shard_size)
     if not overwrite and output.is_dir():

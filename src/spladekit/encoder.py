@@ -123,7 +123,8 @@ class SparseEncoder(nn.Module):
     token limit: ``max_length`` for documents (and ``encode``), ``query_max_length`` for queries (``None``:
     not recorded, queries use ``max_length`` as they always did). ``pooling`` picks the head:
     ``"fused"`` (default: chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
-    screens the terms, fp32 recomputes the candidates) or ``"naive"`` (materializes B × L × V logits).
+    screens the terms under a rounding-error bound, fp32 recomputes the candidates: the same non-zero set,
+    see ``pooling.screen_candidates``) or ``"naive"`` (materializes B × L × V logits).
     """
 
     def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused",
@@ -160,6 +161,8 @@ class SparseEncoder(nn.Module):
 
         ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`). ``max_length`` (document
         side) and ``query_max_length`` override the token limits the folder records in ``spladekit.json``.
+        ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`spladekit.devices.resolve_device`) moves the
+        model there; ``None`` leaves it where it loads (the CPU).
         """
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata = read_metadata(Path(backbone.source))

@@ -18,6 +18,8 @@ TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
 )
 JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
+DEVICE = typer.Option("auto", "--device", help="Where the model runs: auto (the GPU when CUDA is available, "
+                      "else the CPU), cpu, cuda or cuda:N.")
 JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file (must not exist "
                            "unless --overwrite; checked before the work).")
 OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
@@ -153,9 +155,12 @@ def encode(
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete; "
                                    "single process only, not with --resume)."),
-    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (bf16 search "
-                                "of the winning token + fp32 recompute; ~2x faster, see docs/benchmarks.md) or naive."),
+    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (a bf16 matmul "
+                                "screens the terms under a proven rounding-error bound, fp32 recomputes the rest: "
+                                "the same non-zero set; faster only where bf16 matmuls are, e.g. AVX512-BF16 CPUs "
+                                "and GPUs, see docs/benchmarks.md) or naive (B x L x V logits)."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
+    device: str = DEVICE,
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Encode a corpus (documents, or queries with --side query) into a sharded SPLADE vectors folder.
@@ -166,7 +171,8 @@ def encode(
 
     result = encode_to_shards(model, corpus, output, shard_size=shard_size, resume=resume, overwrite=overwrite,
                               shard=shard, batch_size=batch_size, side=side, max_length=max_length,
-                              max_active_dims=max_active_dims, pooling=pooling, trust_remote_code=trust_remote_code)
+                              max_active_dims=max_active_dims, pooling=pooling, trust_remote_code=trust_remote_code,
+                              device=device)
     meta = {} if result.manifest is None else result.manifest["meta"]
     payload = {**meta, "output": str(output), "complete": result.manifest is not None, "shards": result.shards,
                "documents": result.documents, "encoded_shards": result.encoded, "reused_shards": result.reused,

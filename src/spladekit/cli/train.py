@@ -24,6 +24,9 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing --output folder and start afresh."),
     stop_on_collapse: bool = typer.Option(False, "--stop-on-collapse", help="Stop (exit 2) when the collapse "
                                           "detector fires, instead of only warning (= logging.stop_on_collapse)."),
+    device: str = typer.Option("auto", "--device", help="Where to train: auto (under torchrun each process's GPU "
+                               "cuda:LOCAL_RANK when CUDA is available, else the CPU), cpu, cuda or cuda:N (one "
+                               "process). bf16 autocast: optimization.bf16 in the config."),
 ) -> None:
     """Train a SPLADE model (InfoNCE or distillation + FLOPS/L1). Several processes: torchrun --nproc_per_node N -m spladekit train …"""
     from spladekit.errors import SpladekitError
@@ -34,7 +37,7 @@ def train(
         raise SpladekitError("--resume and --overwrite exclude each other")
     settings = load_config(config, list(overrides or []) + (["logging.stop_on_collapse=true"] if stop_on_collapse else []))
     logging.getLogger("spladekit").setLevel(logging.INFO)
-    run_training(settings, output, resume=resume, overwrite=overwrite)
+    run_training(settings, output, resume=resume, overwrite=overwrite, device=device)
     typer.echo(f"trained {settings.optimization.steps} steps -> {output / 'model'}")
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from spladekit.devices import resolve_device
+
 
 @dataclass(frozen=True)
 class Processes:
@@ -32,12 +34,12 @@ class Processes:
         return self.rank == 0
 
 
-def setup() -> Processes:
-    """Join the process group that ``torchrun`` describes in the environment, or run alone."""
+def setup(device_name: str | None = "auto") -> Processes:
+    """Join the process group that ``torchrun`` describes in the environment, or run alone, on
+    ``device_name`` (:func:`spladekit.devices.resolve_device`; ``auto``: ``cuda:LOCAL_RANK`` or the CPU)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    device = resolve_device(device_name, local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    cuda = device.type == "cuda"
     if cuda:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():

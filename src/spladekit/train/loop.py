@@ -51,6 +51,7 @@ from transformers import get_linear_schedule_with_warmup
 from spladekit.atomic import InPlace, check_new_output, open_in_place
 from spladekit.backbone import remote_code_hint
 from spladekit.data.training import Example, TrainingSet, load_training_set
+from spladekit.devices import autocast
 from spladekit.diagnosis import diagnose, step0_warnings
 from spladekit.encoder import SparseEncoder, non_finite_weights
 from spladekit.errors import SpladekitError
@@ -223,7 +224,7 @@ def encode_examples(encoder: RetrievalModel, examples: list[Example], config: Tr
     """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart.
     An inference-free model's queries are its weight table rows, not a forward pass."""
     texts = [e.query for e in examples]
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.optimization.bf16):
+    with autocast(device, config.optimization.bf16):
         if isinstance(encoder, InferenceFreeEncoder):
             queries = encoder.query_forward(texts, config.data.query_max_length)
         else:
@@ -333,17 +334,19 @@ def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tenso
 
 
 # ------------------------------------------------------------------------------------------ the loop
-def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False) -> TrainedRun:
+def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False,
+          device: str | None = "auto") -> TrainedRun:
     """Train a SPLADE model into ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``,
     ``checkpoints/``); ``config`` is not modified, the resolved one is returned. Run under ``torchrun``
-    for several processes.
+    for several processes. ``device``: see :func:`spladekit.devices.resolve_device` (``auto``: each
+    process's GPU when CUDA is available, else the CPU).
 
     ``output`` is locked for the whole run (:func:`spladekit.atomic.open_in_place`): a second ``train``
     into it fails at once. With ``overwrite``, an existing run is left untouched until the config, the
     training data and the backbone are loaded; it is then moved aside, deleted when the new run
     completes, and put back (the new run's files discarded) if the new run fails."""
     validate(config)  # declared ranges, finite numbers, combinations: also for a config built in Python
-    processes = distributed.setup()
+    processes = distributed.setup(device)
     output = Path(output)
     try:
         with contextlib.ExitStack() as stack:

@@ -1,0 +1,58 @@
+"""devices.py: one device rule (auto → the GPU when CUDA is available) and one bf16 autocast."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from spladekit.devices import autocast, resolve_device
+from spladekit.encoder import SparseEncoder
+from spladekit.errors import SpladekitError
+from spladekit.train import distributed
+
+
+def test_auto_is_the_gpu_when_cuda_is_available_else_the_cpu():
+    expected = torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
+    assert resolve_device("auto") == resolve_device(None) == expected
+    if torch.cuda.is_available():
+        assert resolve_device("auto", local_rank=0) == torch.device("cuda:0")
+    else:
+        assert resolve_device("auto", local_rank=3) == torch.device("cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_unknown_or_missing_devices_are_errors_naming_them():
+    with pytest.raises(SpladekitError, match="unknown device 'banana'"):
+        resolve_device("banana")
+    if not torch.cuda.is_available():
+        with pytest.raises(SpladekitError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(SpladekitError, match="CUDA"):
+        resolve_device(f"cuda:{torch.cuda.device_count() + 1}")
+
+
+def test_training_processes_and_the_encoder_use_the_same_rule(tiny_model_dirs):
+    assert distributed.setup("auto").device == resolve_device("auto")
+    assert distributed.setup("cpu").device == torch.device("cpu")
+    with pytest.raises(SpladekitError, match="unknown device"):
+        distributed.setup("banana")
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], device="auto")
+    assert encoder.device.type == resolve_device("auto").type
+
+
+def test_autocast_runs_matmuls_in_bf16_only_when_enabled():
+    left, right = torch.randn(4, 8), torch.randn(8, 3)
+    device = torch.device("cpu")
+    with autocast(device, True):
+        assert (left @ right).dtype == torch.bfloat16
+    with autocast(device, False):
+        assert (left @ right).dtype == torch.float32
+
+
+def test_encode_and_train_refuse_an_unknown_device_before_any_work(tiny_model_dirs, tmp_path, cli):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "a", "text": "hello"}\n')
+    done = cli("encode", str(tiny_model_dirs["bert"]), "--corpus", str(corpus), "--output", str(tmp_path / "out"),
+               "--device", "banana")
+    assert done.returncode == 2 and "unknown device 'banana'" in done.stderr
+    assert not (tmp_path / "out").exists()
