@@ -36,8 +36,8 @@ from tqdm.auto import tqdm
 
 from spladekit.atomic import check_new_output, open_in_place, open_output
 from spladekit.data.stream import iter_corpus, scan_corpus, update_fingerprint
-from spladekit.encoder import check_side
 from spladekit.devices import resolve_device
+from spladekit.encoder import check_side
 from spladekit.errors import SpladekitError
 from spladekit.model_loading import RetrievalModel, load_model, model_fingerprint
 from spladekit.shards import (
