@@ -175,6 +175,12 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     ("export-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "opensearch", "--output", t / "OUT"],
      "no such vectors folder"),
     ("export-st-without-output", lambda t, w: ["export", w["model"], "--format", "sentence-transformers"], "--output"),
+    ("export-ciff-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "ciff", "--output", t / "OUT.ciff"],
+     "no such vectors folder"),
+    ("export-ciff-zero-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
+                                             "--quantization-scale", "0"], "quantization scale"),
+    ("export-ciff-nan-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
+                                            "--quantization-scale", "nan"], "quantization scale"),
     # explain
     ("explain-missing-model", lambda t, w: ["explain", t / "nope" / "model", "a query", "--output", t / "OUT.json"],
      "no such model folder"),

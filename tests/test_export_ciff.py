@@ -182,3 +182,13 @@ def test_cli_missing_folder_and_a_model_without_tokenizer(cli, tmp_path):
     assert not (tmp_path / "out.ciff").exists()
     result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff")
     assert result.returncode == 2 and "names no model" in result.stderr
+
+
+def test_missing_ciff_toolkit_names_the_install_command(cli, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ciff_toolkit", None)  # import fails as if it were not installed
+    folder = save(tmp_path / "vectors", random_vectors(8, seed=0))
+    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "pip install --no-deps ciff-toolkit==0.2.2" in result.stderr and not (tmp_path / "out.ciff").exists()
