@@ -141,6 +141,10 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # evaluate
     ("evaluate-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--output", t / "OUT.json"],
      "no such collection folder"),
+    ("evaluate-dry-run-with-output", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run",
+                                                   "--output", t / "OUT.json"], "--dry-run writes nothing"),
+    ("evaluate-dry-run-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--dry-run"],
+     "no such collection folder"),
     ("evaluate-missing-split", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev",
                                              "--output", t / "OUT.json"], "no split 'dev'"),
     ("evaluate-bad-qrels", lambda t, w: ["evaluate", w["model"], "--data", damaged_copy(
