@@ -20,6 +20,7 @@ from spladekit.evaluation_cost import (
     _member_row,
     estimate_evaluation,
     estimate_table,
+    fit_costs,
     synthetic_corpus,
     vector_bytes,
     workloads,
@@ -79,18 +80,22 @@ def test_synthetic_corpus_is_shaped_like_the_sample():
     corpus.check_format(full_check=True)
 
 
-def test_costs_scale_with_postings():
+def test_costs_are_fixed_plus_per_posting_through_the_two_builds():
     sample = EncodingSample("s", documents_per_second=100.0, queries_per_second=1000.0,
-                            documents=sp.csr_matrix(np.ones((4, 10), dtype=np.float32)),
+                            documents=sp.csr_matrix(np.ones((4, 10), dtype=np.float32)),  # 10 nnz per document
                             queries=sp.csr_matrix(np.ones((2, 10), dtype=np.float32)))
-    cost = {"build_seconds": 2.0, "index_bytes": 1000.0, "search_seconds_per_query": 0.01, "postings": 1000.0}
-    one = _member_row(Workload("a", 1000, 50, "test"), sample, cost)
-    two = _member_row(Workload("a", 2000, 50, "test"), sample, cost)
-    assert one["encode_docs_seconds"] == 10.0 and one["encode_queries_seconds"] == 0.1
-    assert one["index_seconds"] == 2.0 * 10 and one["search_seconds"] == 50 * 0.01 * 10  # 10× the postings
-    assert two["index_seconds"] == 2 * one["index_seconds"] and two["index_bytes"] == 2 * one["index_bytes"]
-    assert two["search_seconds"] == 2 * one["search_seconds"]
-    assert not _member_row(Workload("b", None, None, "unknown"), sample, cost)["estimated"]
+    small = {"postings": 1000.0, "build_seconds": 3.0, "index_bytes": 1000.0, "search_seconds_per_query": 0.01}
+    large = {"postings": 4000.0, "build_seconds": 6.0, "index_bytes": 4000.0, "search_seconds_per_query": 0.04}
+    fitted = fit_costs(small, large)
+    assert fitted["build_seconds"] == pytest.approx((2.0, 0.001))  # a fixed part, then 1 ms per 1000 postings
+    assert fitted["index_bytes"] == pytest.approx((0.0, 1.0))  # proportional: no fixed part
+    row = _member_row(Workload("a", 1000, 50, "test"), sample, fitted)  # 10,000 postings
+    assert row["encode_docs_seconds"] == 10.0 and row["encode_queries_seconds"] == 0.1
+    assert row["index_seconds"] == pytest.approx(12.0) and row["index_bytes"] == 10_000
+    assert row["search_seconds"] == pytest.approx(50 * 0.1)
+    noisy = fit_costs(small, large | {"build_seconds": 2.0})  # the larger build measured faster
+    assert noisy["build_seconds"] == (2.0, 0.0)
+    assert not _member_row(Workload("b", None, None, "unknown"), sample, fitted)["estimated"]
 
 
 def test_estimate_on_a_tiny_model_writes_nothing(tmp_path, tiny_model_dirs, monkeypatch):

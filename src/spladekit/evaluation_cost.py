@@ -6,18 +6,20 @@ What is measured:
 * **encoding**: the model encodes a sample of documents and of queries (``sample`` each) with the run's
   token limits and batch size: documents/s, queries/s, the average number of active terms (nnz) per
   document and query (after ``max_active_dims`` pruning). The sample is the first lines of a local
-  collection's ``corpus.jsonl`` / queries file, else synthetic texts of ``SYNTHETIC_WORDS`` words drawn from
-  the tokenizer's whole-word tokens (an assumption: MS MARCO passages are of that order, many BEIR
-  documents are longer and are then cut at the token limit, so the estimate is low for them).
-* **index and search**: the backend builds an index of ``synthetic_docs`` synthetic documents shaped like
-  the sample (nnz per document around the sample's mean, terms drawn with the sample's term frequencies,
-  weights resampled from the sample's), saves it into a temporary folder (deleted) to measure its size,
-  and answers the encoded sample queries with ``k`` hits.
+  collection's ``corpus.jsonl`` / queries file, else English texts made of spladekit's built-in diagnosis
+  pairs (:data:`spladekit.diagnosis.SAMPLE_PAIRS`): documents of ``SYNTHETIC_DOCUMENT_WORDS`` words
+  (several of its one-sentence documents joined: an assumption of the order of an MS MARCO passage; many
+  BEIR documents are longer and cut at the token limit, so their encoding estimate is low) and its queries.
+* **index and search**: the backend builds two indexes of synthetic documents shaped like the sample (nnz
+  per document around the sample's mean, terms drawn with the sample's term frequencies, weights resampled
+  from the sample's), of ``synthetic_docs / 4`` and ``synthetic_docs`` documents; each is saved into a
+  temporary folder (deleted) to measure its size and answers the encoded sample queries with ``k`` hits.
 
-What is extrapolated: every cost is taken as proportional to the postings of the corpus (documents × mean
-nnz per document): ``index_seconds = build_seconds × P / P_synthetic``, index bytes alike, and the search
-time per query ``× P / P_synthetic`` (exact search traverses every posting of the query's terms; the
-approximate backends grow more slowly, so for them this is pessimistic). Vector disk is the CSR of
+What is extrapolated: build time, index size and search time per query are each fitted as
+``fixed + per_posting × P`` through the two builds (P = documents × mean nnz per document; the fixed part
+matters for approximate backends, e.g. Seismic's per-term summaries) and evaluated at the collection's
+P. Linear growth is exact search's (it traverses every posting of the query's terms); approximate
+backends grow more slowly, so for them the search figure is pessimistic. Vector disk is the CSR of
 ``Vectors.save``: 8 bytes per stored weight (float32 value + int32 column) + the row pointers + the ids
 (``ids.json``). These are rough estimates from a tiny sample on a possibly busy machine, to size a job.
 
@@ -45,6 +47,7 @@ from spladekit.data.jsonl import corpus_from_records
 from spladekit.data.lines import json_records, numbered_lines
 from spladekit.data.suites import SUITES
 from spladekit.data.trec import read_qrels
+from spladekit.diagnosis import SAMPLE_PAIRS
 from spladekit.errors import InputError, SpladekitError
 from spladekit.index import backend_class, build_index
 from spladekit.model_loading import RetrievalModel
@@ -53,7 +56,8 @@ from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
 
 DEFAULT_SAMPLE = 64
 DEFAULT_SYNTHETIC_DOCS = 10_000
-SYNTHETIC_WORDS = {"document": 64, "query": 8}
+SYNTHETIC_DOCUMENT_WORDS = 64
+COSTS = ("build_seconds", "index_bytes", "search_seconds_per_query")
 
 
 @dataclass(frozen=True)
@@ -124,13 +128,21 @@ def _first_texts(path: Path, count: int) -> list[str]:
     return corpus_from_records(itertools.islice(json_records(numbered_lines(path), path), count), path).texts
 
 
-def synthetic_texts(tokenizer: Any, count: int, words: int, seed: int = 0) -> list[str]:
-    """``count`` texts of ``words`` words drawn uniformly from the tokenizer's alphabetic whole-word tokens."""
-    vocabulary = [token for token in tokenizer.get_vocab() if token.isalpha() and token.isascii()]
-    if not vocabulary:
-        raise SpladekitError("the tokenizer has no alphabetic whole-word tokens to build synthetic texts from")
+def synthetic_texts(count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """``count`` documents of about ``SYNTHETIC_DOCUMENT_WORDS`` words (the built-in sample documents in a
+    random order, joined) and ``count`` queries (the built-in sample queries, repeated)."""
     rng = np.random.default_rng(seed)
-    return [" ".join(rng.choice(sorted(vocabulary), size=words)) for _ in range(count)]
+    sentences = [document for _, document in SAMPLE_PAIRS]
+    documents = []
+    for _ in range(count):
+        words: list[str] = []
+        for index in itertools.cycle(rng.permutation(len(sentences)).tolist()):
+            words += sentences[index].split()
+            if len(words) >= SYNTHETIC_DOCUMENT_WORDS:
+                break
+        documents.append(" ".join(words[:SYNTHETIC_DOCUMENT_WORDS]))
+    queries = [SAMPLE_PAIRS[index % len(SAMPLE_PAIRS)][0] for index in range(count)]
+    return documents, queries
 
 
 @dataclass
@@ -220,22 +232,38 @@ def vector_bytes(documents: int, nnz_per_document: float, id_chars: float = 8.0)
     return int(weights * 8 + (documents + 1) * pointer + documents * (id_chars + 4))
 
 
-def _member_row(workload: Workload, sample: EncodingSample, backend_cost: dict[str, float]) -> dict[str, Any]:
+def fit_costs(small: dict[str, float], large: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Each cost as (fixed, per posting) through two measurements: the line through both points, its slope
+    and intercept kept non-negative (timing noise on a busy machine can tilt a line through two points)."""
+    fitted = {}
+    for cost in COSTS:
+        span = large["postings"] - small["postings"]
+        slope = max((large[cost] - small[cost]) / span, 0.0) if span > 0 else large[cost] / max(large["postings"], 1.0)
+        fitted[cost] = (max(large[cost] - slope * large["postings"], 0.0), slope)
+    return fitted
+
+
+def _member_row(workload: Workload, sample: EncodingSample, fitted: dict[str, tuple[float, float]]) -> dict[str, Any]:
     row: dict[str, Any] = {"name": workload.name, "documents": workload.documents, "queries": workload.queries,
                            "counted_from": workload.counted_from, "sample": sample.source,
                            "avg_d_nnz": round(sample.document_nnz, 1), "avg_q_nnz": round(sample.query_nnz, 1)}
     if workload.documents is None or workload.queries is None:
         return row | {"estimated": False}
-    ratio = workload.documents * sample.document_nnz / max(backend_cost["postings"], 1.0)  # postings vs synthetic
+    postings = workload.documents * sample.document_nnz
+
+    def at(cost: str) -> float:
+        fixed, per_posting = fitted[cost]
+        return fixed + per_posting * postings
+
     encode_docs = workload.documents / sample.documents_per_second
     encode_queries = workload.queries / sample.queries_per_second
-    index = backend_cost["build_seconds"] * ratio
-    search = workload.queries * backend_cost["search_seconds_per_query"] * ratio
+    index = at("build_seconds")
+    search = workload.queries * at("search_seconds_per_query")
     return row | {"estimated": True, "encode_docs_seconds": round(encode_docs, 1),
                   "encode_queries_seconds": round(encode_queries, 1), "index_seconds": round(index, 1),
                   "search_seconds": round(search, 1), "total_seconds": round(encode_docs + encode_queries + index + search, 1),
                   "vectors_bytes": vector_bytes(workload.documents, sample.document_nnz),
-                  "index_bytes": int(backend_cost["index_bytes"] * ratio)}
+                  "index_bytes": int(at("index_bytes"))}
 
 
 TOTALED = ("documents", "queries", "encode_docs_seconds", "encode_queries_seconds", "index_seconds", "search_seconds",
@@ -269,28 +297,33 @@ def estimate_evaluation(encoder: RetrievalModel, data: str, split: str = "test",
             key = "synthetic"
             if key in samples:
                 continue
-            documents = synthetic_texts(encoder.tokenizer, sample, SYNTHETIC_WORDS["document"])
-            queries = synthetic_texts(encoder.tokenizer, sample, SYNTHETIC_WORDS["query"], seed=1)
-            source = (f"{sample} synthetic documents of {SYNTHETIC_WORDS['document']} words / queries of "
-                      f"{SYNTHETIC_WORDS['query']} words")
+            documents, queries = synthetic_texts(sample)
+            source = (f"{sample} documents of {SYNTHETIC_DOCUMENT_WORDS} words / queries made of spladekit's "
+                      "built-in sample pairs")
         samples[key] = measure_encoding(encoder, documents, queries, source, max_length, query_max_length,
                                         batch_size, max_active_dims)
     pooled_documents = sp.vstack([item.documents for item in samples.values()]).tocsr()
     pooled_queries = sp.vstack([item.queries for item in samples.values()]).tocsr()
-    backend_cost = measure_backend(synthetic_corpus(pooled_documents, synthetic_docs), pooled_queries, backend,
-                                   params, k)
+    corpus = synthetic_corpus(pooled_documents, synthetic_docs)
+    small = measure_backend(corpus[:max(synthetic_docs // 4, 1)], pooled_queries, backend, params, k)
+    large = measure_backend(corpus, pooled_queries, backend, params, k)
+    fitted = fit_costs(small, large)
     rows = [_member_row(workload, samples[str(workload.corpus_file) if workload.corpus_file else "synthetic"],
-                        backend_cost) for workload in members]
+                        fitted) for workload in members]
     known = [row for row in rows if row["estimated"]]
     total: dict[str, Any] = {key: sum(row[key] for row in known) for key in TOTALED} if known else {}
     return {"data": data, "split": split, "backend": backend, "backend_params": params, "k": k,
             "batch_size": batch_size, "max_active_dims": max_active_dims, "members": rows, "total": total,
             "estimate_covers": f"{len(known)}/{len(rows)}",
-            "measurement": {"sample": sample, "synthetic_docs": synthetic_docs,
-                            "synthetic_avg_d_nnz": round(backend_cost["postings"] / synthetic_docs, 1),
-                            "synthetic_build_seconds": round(backend_cost["build_seconds"], 3),
-                            "synthetic_index_bytes": int(backend_cost["index_bytes"]),
-                            "synthetic_search_ms_per_query": round(1000 * backend_cost["search_seconds_per_query"], 3),
+            "measurement": {"sample": sample, "synthetic_docs": [corpus[:max(synthetic_docs // 4, 1)].shape[0],
+                                                                 synthetic_docs],
+                            "synthetic_avg_d_nnz": round(large["postings"] / synthetic_docs, 1),
+                            "synthetic_build_seconds": [round(small["build_seconds"], 3),
+                                                        round(large["build_seconds"], 3)],
+                            "synthetic_index_bytes": [int(small["index_bytes"]), int(large["index_bytes"])],
+                            "synthetic_search_ms_per_query": [round(1000 * small["search_seconds_per_query"], 3),
+                                                              round(1000 * large["search_seconds_per_query"], 3)],
+                            "fitted_fixed_and_per_posting": {cost: list(fitted[cost]) for cost in COSTS},
                             "seconds": round(time.perf_counter() - machine_started, 1)}}
 
 
@@ -323,8 +356,10 @@ def estimate_table(estimate: dict[str, Any]) -> str:
     Console(file=buffer, width=160, color_system=None).print(table)
     measurement = estimate["measurement"]
     notes = [f"measured in {measurement['seconds']} s: encoding {', '.join(sorted({row['sample'] for row in estimate['members']}))}; "
-             f"{estimate['backend']} index of {measurement['synthetic_docs']:,} synthetic documents "
-             f"(~{measurement['synthetic_avg_d_nnz']} nnz): built in {measurement['synthetic_build_seconds']} s, "
-             f"{measurement['synthetic_search_ms_per_query']} ms/query; index and search scaled by postings",
+             f"{estimate['backend']} indexes of {' and '.join(f'{n:,}' for n in measurement['synthetic_docs'])} "
+             f"synthetic documents (~{measurement['synthetic_avg_d_nnz']} nnz): built in "
+             f"{' and '.join(map(str, measurement['synthetic_build_seconds']))} s, "
+             f"{' and '.join(map(str, measurement['synthetic_search_ms_per_query']))} ms/query; "
+             "index and search fitted as fixed + per-posting cost",
              f"covers {estimate['estimate_covers']} collections"]
     return buffer.getvalue().rstrip() + "\n" + "\n".join(notes)
