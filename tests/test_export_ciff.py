@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spladekit.errors import SpladekitError
-from spladekit.export.ciff import export_ciff, postings_field, term_buckets, term_order
+from spladekit.export import ciff
+from spladekit.export.ciff import export_ciff, pieces, postings_field, term_buckets, term_order
 from spladekit.vectors import Vectors
 from spladekit.vectors_ops import quantize
 
@@ -55,9 +56,10 @@ def as_matrix(lists, documents, tokens: list[str]) -> np.ndarray:
     return dense
 
 
-@pytest.mark.parametrize("bucket_postings", [1, 5, 10**9])
+@pytest.mark.parametrize("bucket_postings, piece_weights", [(1, 3), (5, 40), (10**9, 2**22)])
 @pytest.mark.parametrize("name", ["out.ciff", "out.ciff.gz"])
-def test_round_trip_postings_equal_the_quantized_vectors(tmp_path, bucket_postings, name):
+def test_round_trip_postings_equal_the_quantized_vectors(tmp_path, monkeypatch, bucket_postings, piece_weights, name):
+    monkeypatch.setattr(ciff, "PIECE_WEIGHTS", piece_weights)  # rows quantized and inverted a few at a time
     matrix = random_vectors(40, seed=3)
     folder = save(tmp_path / "vectors", matrix)
     payload = export_ciff(folder, tmp_path / name, tokens=TOKENS, scale=100, bucket_postings=bucket_postings,
@@ -114,6 +116,17 @@ def test_term_buckets_cover_every_term_once_within_the_limit():
     assert [index for start, end in buckets for index in range(start, end)] == list(range(len(df)))
     assert all(df[start:end].sum() <= 4 or end - start == 1 for start, end in buckets)
     assert buckets == [(0, 2), (2, 3), (3, 7), (7, 8)]
+
+
+@pytest.mark.parametrize("limit", [1, 4, 10, 10**6])
+def test_pieces_cover_every_row_once_within_the_limit(limit):
+    matrix = random_vectors(40, seed=5)
+    blocks = [Vectors(matrix[:25], [f"d{row}" for row in range(25)]),
+              Vectors(matrix[25:], [f"d{row}" for row in range(25, 40)])]
+    runs = list(pieces(blocks, limit))
+    assert [doc_id for run in runs for doc_id in run.ids] == [f"d{row}" for row in range(40)]
+    assert (sp.vstack([run.matrix for run in runs]) != matrix).nnz == 0
+    assert all(run.matrix.nnz <= limit or len(run) == 1 for run in runs)
 
 
 def test_term_order_is_code_point_order_and_refuses_duplicates_and_empty_terms():

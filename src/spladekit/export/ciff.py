@@ -20,17 +20,19 @@ one ``DocRecord`` per document (``docid``, ``collection_docid``, ``doclength``).
   ``cf = Σ_d tf`` of the term, ``total_terms_in_collection = Σ_d doclength``.
 
 **Memory** (postings must be term-major, the vectors are row-major): two passes over
-:meth:`Vectors.blocks`. Pass 1 quantizes each block and counts ``df``/``cf`` per term (two arrays of the
-vocabulary's size) while the ``DocRecord`` messages stream to a temporary file. The terms, in sorted
-order, are then cut into *buckets* of consecutive terms holding at most ``bucket_postings`` postings (a
-single term above that is a bucket of its own). Pass 2 quantizes each block again and appends each
-posting ``(term rank, docid, tf)`` (12 bytes) to its bucket's scratch file beside the output; since blocks
-come in row order, a stable sort of one bucket by term gives every postings list in docid order. Peak
-memory is one block (its CSR, the quantized copy and ~20 bytes per stored weight while it is split) plus
-one bucket (~32 bytes per posting while sorted and encoded: at most max(``bucket_postings``, the largest
-df) postings): with the default 2**24 postings, ~0.5 GB + one block, whatever the corpus size. Scratch
-disk: 12 bytes per posting (MS MARCO's 8.8M passages × ~120 non-zeros ≈ 1G postings: ~12 GB) besides the
-output (~6–7 bytes per posting).
+:meth:`Vectors.blocks`, each block cut into runs of rows of at most ``PIECE_WEIGHTS`` (2**22) stored weights.
+Pass 1 quantizes each run and counts ``df``/``cf`` per term (two arrays of the vocabulary's size) while the
+``DocRecord`` messages stream to a temporary file. The terms, in sorted order, are then cut into *buckets*
+of consecutive terms holding at most ``bucket_postings`` postings (a single term above that is a bucket of
+its own). Pass 2 quantizes each run again and appends each posting ``(term rank, docid, tf)`` (12 bytes)
+to its bucket's scratch file beside the output; since runs come in row order, a stable sort of one bucket
+by term gives every postings list in docid order. Peak memory: the block the reader holds (a single-file
+vectors folder is one block: its whole CSR, ~8 bytes per weight, plus its ids) + one run (~50 bytes per
+weight: its quantized copy and the scattered records, ~0.2 GB) + one bucket (~32 bytes per posting while
+sorted and encoded, at most max(``bucket_postings``, the largest df) postings: ~0.5 GB with the default
+2**24). With a sharded folder the first term is one shard, so the peak does not grow with the corpus.
+Scratch disk: 12 bytes per posting (MS MARCO's 8.8M passages × ~120 non-zeros ≈ 1G postings: ~12 GB)
+besides the output (~6.5 bytes per posting).
 
 Postings lists are serialized by :func:`postings_field` with numpy (the fields ``ciff.proto`` defines,
 byte-identical to protobuf's own serialization, tested), because building one protobuf ``Posting`` object
@@ -60,6 +62,7 @@ from spladekit.vectors_ops import quantize
 
 DEFAULT_SCALE = 100.0
 DEFAULT_BUCKET_POSTINGS = 2**24
+PIECE_WEIGHTS = 2**22  # stored weights quantized and inverted at a time
 INSTALL = "pip install --no-deps ciff-toolkit==0.2.2"
 INT32_MAX = 2**31 - 1
 # scratch record of one posting: its term's rank in sorted order, docid, tf
@@ -184,6 +187,19 @@ def term_buckets(df_sorted: np.ndarray, limit: int) -> list[tuple[int, int]]:
     return buckets
 
 
+def pieces(blocks: Iterable[Vectors], limit: int) -> Iterator[Vectors]:
+    """Each block cut into runs of whole rows holding at most ``limit`` stored weights (a longer row is a run
+    of its own), so that quantizing and inverting need memory for one run, not for a whole block."""
+    for block in blocks:
+        matrix = block.matrix.tocsr()
+        start = 0
+        while start < len(block):
+            end = int(np.searchsorted(matrix.indptr, matrix.indptr[start] + limit, side="right")) - 1
+            end = min(max(end, start + 1), len(block))
+            yield Vectors(matrix[start:end], block.ids[start:end], block.meta)
+            start = end
+
+
 def _document_records(blocks: Iterable[Vectors], tokens: list[str], scale: float, counts: _Counts,
                       messages: Any, bar: tqdm) -> Iterator[Any]:
     """Pass 1: the DocRecord of every document, counting df / cf per term on the way."""
@@ -270,7 +286,7 @@ def write_ciff(blocks: Callable[[], Iterable[Vectors]], tokens: list[str], outpu
         with opener(staged.staging, "wb") as stream:
             writer = CiffWriter(stream)
             with tqdm(desc="ciff: documents", unit="doc", disable=not show_progress) as bar:
-                writer.write_documents(_document_records(blocks(), tokens, scale, counts, messages, bar))
+                writer.write_documents(_document_records(pieces(blocks(), PIECE_WEIGHTS), tokens, scale, counts, messages, bar))
             if not counts.documents:
                 raise SpladekitError("no documents in the vectors: nothing to export")
             buckets = term_buckets(counts.df[order], bucket_postings)
@@ -279,7 +295,7 @@ def write_ciff(blocks: Callable[[], Iterable[Vectors]], tokens: list[str], outpu
             rank[order] = np.arange(len(tokens))
             paths = [Path(scratch) / f"{index}.postings" for index in range(len(buckets))]
             with tqdm(total=counts.documents, desc="ciff: inverting", unit="doc", disable=not show_progress) as bar:
-                _scatter(blocks(), tokens, scale, rank, bucket_of_rank, paths, bar)
+                _scatter(pieces(blocks(), PIECE_WEIGHTS), tokens, scale, rank, bucket_of_rank, paths, bar)
             terms = int(np.count_nonzero(counts.df))
             total = int(counts.cf.sum())
             header_text = (f"spladekit SPLADE impacts: tf = round(weight x {scale:g}), weights that round to 0 "
