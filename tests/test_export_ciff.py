@@ -148,10 +148,11 @@ def test_bad_weights_are_refused_and_nothing_is_written(tmp_path, value, message
     assert sorted(path.name for path in tmp_path.iterdir()) == ["vectors"]  # no output, staging or scratch
 
 
-def test_a_scale_giving_impacts_beyond_int32_is_refused(tmp_path):
+@pytest.mark.parametrize("scale", [1e10, 1e40])  # 1e40: the float32 product itself overflows
+def test_a_scale_giving_impacts_beyond_int32_is_refused(tmp_path, scale):
     folder = save(tmp_path / "vectors", random_vectors(10, seed=2))
     with pytest.raises(SpladekitError, match="32-bit"):
-        export_ciff(folder, tmp_path / "out.ciff", tokens=TOKENS, scale=1e10, show_progress=False)
+        export_ciff(folder, tmp_path / "out.ciff", tokens=TOKENS, scale=scale, show_progress=False)
 
 
 def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):

@@ -111,10 +111,12 @@ def impacts(block: Vectors, tokens: list[str], scale: float) -> sp.csr_matrix:
         raise SpladekitError(f"document {block.ids[row]!r} has weight {matrix.data[bad[0]]} for token "
                              f"{tokens[matrix.indices[bad[0]]]!r}: CIFF impacts come from finite, non-negative "
                              f"weights ({bad.size} such weights in this block)")
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing product is reported just below
+        levels = np.rint(matrix.data.astype(np.float64) * scale)
+    if levels.size and not levels.max() <= INT32_MAX:
+        raise SpladekitError(f"quantization scale {scale} gives an impact of {levels.max():.3g}, beyond CIFF's "
+                             "32-bit tf: use a smaller --quantization-scale")
     quantized = quantize(matrix, scale, dtype=np.int64)
-    if quantized.nnz and int(quantized.data.max()) > INT32_MAX:
-        raise SpladekitError(f"quantization scale {scale} gives an impact of {int(quantized.data.max())}, beyond "
-                             "CIFF's 32-bit tf: use a smaller --quantization-scale")
     return quantized
 
 
