@@ -201,7 +201,7 @@ def pieces(blocks: Iterable[Vectors], limit: int) -> Iterator[Vectors]:
         matrix = block.matrix.tocsr()
         start = 0
         while start < len(block):
-            end = int(np.searchsorted(matrix.indptr, matrix.indptr[start] + limit, side="right")) - 1
+            end = int(np.searchsorted(matrix.indptr, int(matrix.indptr[start]) + limit, side="right")) - 1
             end = min(max(end, start + 1), len(block))
             yield Vectors(matrix[start:end], block.ids[start:end], block.meta)
             start = end
