@@ -28,9 +28,10 @@ its own). Pass 2 quantizes each run again and appends each posting ``(term rank,
 to its bucket's scratch file beside the output; since runs come in row order, a stable sort of one bucket
 by term gives every postings list in docid order. Peak memory: the block the reader holds (a single-file
 vectors folder is one block: its whole CSR, ~8 bytes per weight, plus its ids) + one run (~50 bytes per
-weight: its quantized copy and the scattered records, ~0.2 GB) + one bucket (~70 bytes per posting while
-sorted and encoded, at most max(``bucket_postings``, the largest df) postings: ~0.6 GB with the default
-2**23). With a sharded folder the first term is one shard, so the peak does not grow with the corpus.
+weight: its quantized copy and the scattered records) + one bucket (~100 bytes per posting while sorted
+and encoded, at most max(``bucket_postings``, the largest df) postings; 2**23 by default): ~1 GB beyond
+the block and the imports, measured at 100k and 400k documents (``benchmarks/ciff_export.py``,
+docs/export.md). With a sharded folder the block is one shard, so the peak does not grow with the corpus.
 Scratch disk: 12 bytes per posting (MS MARCO's 8.8M passages × ~120 non-zeros ≈ 1G postings: ~12 GB)
 besides the output (~6.5 bytes per posting).
 
