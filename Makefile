@@ -12,6 +12,10 @@ $(BIN)/spladekit: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
 	$(BIN)/pip install --quiet -e ".[dev]" $(TORCH_PIN)
+	# CIFF export (spladekit export --format ciff). ciff-toolkit pins protobuf<5, pymilvus needs protobuf>=5.27.2,
+	# and ciff-toolkit works with the newer protobuf: installed without its dependencies, so it is not in
+	# pyproject's extras (pip could not resolve them together).
+	$(BIN)/pip install --quiet --no-deps ciff-toolkit==0.2.2
 	touch $@
 
 install: $(BIN)/spladekit

@@ -170,6 +170,10 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # evaluate
     ("evaluate-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--output", t / "OUT.json"],
      "no such collection folder"),
+    ("evaluate-dry-run-with-output", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run",
+                                                   "--output", t / "OUT.json"], "--dry-run writes nothing"),
+    ("evaluate-dry-run-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--dry-run"],
+     "no such collection folder"),
     ("evaluate-missing-split", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev",
                                              "--output", t / "OUT.json"], "no split 'dev'"),
     ("evaluate-bad-qrels", lambda t, w: ["evaluate", w["model"], "--data", damaged_copy(
@@ -206,6 +210,12 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     ("export-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "opensearch", "--output", t / "OUT"],
      "no such vectors folder"),
     ("export-st-without-output", lambda t, w: ["export", w["model"], "--format", "sentence-transformers"], "--output"),
+    ("export-ciff-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "ciff", "--output", t / "OUT.ciff"],
+     "no such vectors folder"),
+    ("export-ciff-zero-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
+                                             "--quantization-scale", "0"], "quantization scale"),
+    ("export-ciff-nan-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
+                                            "--quantization-scale", "nan"], "quantization scale"),
     # explain
     ("explain-missing-model", lambda t, w: ["explain", t / "nope" / "model", "a query", "--output", t / "OUT.json"],
      "no such model folder"),

@@ -1,4 +1,4 @@
-"""export: a model to sentence-transformers, or encoded vectors to Qdrant / OpenSearch / Elasticsearch."""
+"""export: a model to sentence-transformers, or encoded vectors to Qdrant / OpenSearch / Elasticsearch / CIFF."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class ExportFormat(str, Enum):
     qdrant = "qdrant"
     opensearch = "opensearch"
     elasticsearch = "elasticsearch"
+    ciff = "ciff"
 
 
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
@@ -73,15 +74,28 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
     return payload | {"output": str(output)}
 
 
+def _ciff(source: str, output: Optional[Path], model: Optional[str], scale: float, overwrite: bool,
+          trust_remote_code: bool) -> dict:
+    from spladekit.export.ciff import export_ciff
+
+    if output is None:
+        raise SpladekitError("--format ciff needs --output (the .ciff file to write)")
+    # export_ciff checks ciff-toolkit and the scale, then opens (checks, locks) the output before reading
+    return export_ciff(source, output, model=model, scale=scale, overwrite=overwrite,
+                       trust_remote_code=trust_remote_code)
+
+
 @app.command()
 def export(
     source: str = typer.Argument(..., help="sentence-transformers: a model (hub id or folder spladekit loads; an "
                                  "inference-free model becomes a Router folder). "
-                                 "qdrant/opensearch/elasticsearch: a vectors folder written by `spladekit encode`."),
+                                 "qdrant/opensearch/elasticsearch/ciff: a vectors folder written by `spladekit "
+                                 "encode`."),
     fmt: ExportFormat = typer.Option(..., "--format", "-f", help="What to write (see SOURCE)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write (atomically): the "
                                           "sentence-transformers model; the NDJSON + mapping + query for "
-                                          "opensearch/elasticsearch; a spladekit index folder for qdrant."),
+                                          "opensearch/elasticsearch; a spladekit index folder for qdrant; the "
+                                          "CIFF file for ciff (gzip-compressed when it ends in .gz)."),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="sentence-transformers: token limit written "
                                              "into the folder (default: the model's, else 256)."),
@@ -91,8 +105,8 @@ def export(
     collection: str = typer.Option("spladekit", help="qdrant: collection name."),
     vector_name: str = typer.Option("splade", help="qdrant: name of the sparse vector in the collection."),
     recreate: bool = typer.Option(False, help="qdrant: replace an existing collection of that name."),
-    model: Optional[str] = typer.Option(None, help="opensearch/elasticsearch: model whose tokenizer names the "
-                                        "features (default: the model recorded in the vectors' meta.json)."),
+    model: Optional[str] = typer.Option(None, help="opensearch/elasticsearch/ciff: model whose tokenizer names the "
+                                        "features / terms (default: the model recorded in the vectors' meta.json)."),
     queries: Optional[Path] = typer.Option(None, help="opensearch/elasticsearch: query vectors folder; writes "
                                            "queries.jsonl with one query DSL per query."),
     field_type: Optional[str] = typer.Option(None, help="opensearch: rank_features; elasticsearch: "
@@ -103,15 +117,21 @@ def export(
                                         "terms of each vector."),
     quantize: Optional[float] = typer.Option(None, help="opensearch/elasticsearch: weights -> round(w x SCALE), "
                                              "whole numbers (e.g. 100)."),
+    quantization_scale: float = typer.Option(100.0, "--quantization-scale", help="ciff: impacts (CIFF tf) = "
+                                             "round(weight x SCALE); weights that round to 0 are dropped. 100 as "
+                                             "in Anserini's SPLADE impact indexes."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
                                            "to run its own Python code."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a summary."),
 ) -> None:
-    """Export a model to sentence-transformers, or encoded vectors to Qdrant, OpenSearch or Elasticsearch."""
+    """Export a model to sentence-transformers, or encoded vectors to Qdrant, OpenSearch, Elasticsearch or a CIFF
+    file (Common Index File Format: Anserini/Lucene, Terrier, PISA; needs ciff-toolkit)."""
     if fmt is ExportFormat.sentence_transformers:
         if output is None:
             raise SpladekitError("--format sentence-transformers needs --output")
         payload = _sentence_transformers(source, output, max_length, overwrite, trust_remote_code)
+    elif fmt is ExportFormat.ciff:
+        payload = _ciff(source, output, model, quantization_scale, overwrite, trust_remote_code)
     elif fmt is ExportFormat.qdrant:
         payload = _qdrant(source, output, url, qdrant_path, collection, vector_name, recreate, overwrite)
     else:

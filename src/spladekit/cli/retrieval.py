@@ -193,6 +193,14 @@ def evaluate(
     output: Optional[Path] = JSON_OUTPUT,
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file and --run-dir "
                                    "folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Evaluate nothing: print the estimated encode / index / "
+                                 "search time and disk for DATA (a suite: each collection and the total) from a "
+                                 "short measurement on this machine (docs/evaluation.md). Reads no corpus, writes "
+                                 "nothing (no --output, --run-dir or cache)."),
+    dry_run_sample: int = typer.Option(64, min=1, help="--dry-run: documents and queries encoded for the "
+                                       "measurement (a local collection's first ones, else synthetic texts)."),
+    dry_run_index_docs: int = typer.Option(10_000, min=1, help="--dry-run: synthetic documents indexed and "
+                                           "searched for the measurement."),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
     from spladekit.evaluate import evaluate_data, results_table
@@ -201,6 +209,20 @@ def evaluate(
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
     check_max_active_dims(max_active_dims)
+    if dry_run:
+        from spladekit.evaluation_cost import estimate_evaluation, estimate_table, workloads
+
+        if output is not None or run_dir is not None:
+            raise SpladekitError("--dry-run writes nothing: drop --output / --run-dir (--json prints the estimate)")
+        workloads(data, split, data_root)  # bad data is reported before the model loads
+        encoder = load_model(model, trust_remote_code=trust_remote_code)
+        estimate = estimate_evaluation(encoder, data, split=split, data_root=data_root, backend=backend,
+                                       backend_params=backend_params, k=k, max_length=max_length,
+                                       query_max_length=query_max_length, batch_size=batch_size,
+                                       max_active_dims=max_active_dims, sample=dry_run_sample,
+                                       synthetic_docs=dry_run_index_docs)
+        emit({"model": model, **estimate}, as_json, None, estimate_table(estimate))
+        return
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
         raise SpladekitError(f"{output}: --output and --run-dir must differ")
     with opened(output, folder=False, overwrite=overwrite) as staged, \
