@@ -225,3 +225,26 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     assert errors[0].startswith("error: text 1 (id 'doc-1') encodes to a vector with NaN/inf weights")
     assert not (tmp_path / "vectors").exists()
+
+
+def test_cli_encode_failing_after_a_complete_shard_keeps_it_for_resume(tiny_model_dirs, tmp_path, cli, monkeypatch):
+    import json
+
+    from spladekit.encoder import NonFiniteVector, SparseEncoder
+
+    encode_document = SparseEncoder.encode_document
+
+    def fail_on_the_second_shard(self, texts, *args, **kwargs):
+        if kwargs.get("ids") and kwargs["ids"][0] == "doc-1":
+            raise NonFiniteVector("text 0 (id 'doc-1') encodes to a vector with NaN/inf weights", 0)
+        return encode_document(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(SparseEncoder, "encode_document", fail_on_the_second_shard)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
+    result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "vectors",
+                 "--shard-size", "1")
+    assert result.returncode == 2 and "text 0 (id 'doc-1')" in result.stderr
+    assert "1 complete shard(s) kept in" in result.stderr and "--resume" in result.stderr
+    assert (tmp_path / "vectors" / "shards" / "00000" / "shard.json").is_file()
+    assert not (tmp_path / "vectors" / "manifest.json").exists()

@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from spladekit.shards import (
     is_sharded,
     reusable_shard,
     seal,
+    sealed_sidecars,
     shard_count,
     writing_shard,
 )
@@ -204,11 +206,21 @@ def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shar
         raise SpladekitError("--overwrite cannot be combined with --shard or torchrun ranks (several processes "
                              "write the folder in place): remove the old folder first")
     _check_output(output, resume, overwrite, several)
+    created = not output.exists()
     with contextlib.ExitStack() as stack:
         if not several and not overwrite:  # one process writes the whole folder: a second one fails at once
             stack.enter_context(open_in_place(output))
-        return _encode(model, corpus, output, shard_size, resume, overwrite, selection, ranks, batch_size, side,
-                       max_length, max_active_dims, pooling, trust_remote_code, device, show_progress)
+        try:
+            return _encode(model, corpus, output, shard_size, resume, overwrite, selection, ranks, batch_size, side,
+                           max_length, max_active_dims, pooling, trust_remote_code, device, show_progress)
+        except SpladekitError as error:
+            sealed = sealed_sidecars(output)
+            if created and not several and not sealed:  # nothing complete: leave nothing behind
+                shutil.rmtree(output, ignore_errors=True)
+            elif sealed:
+                raise SpladekitError(f"{error} ({len(sealed)} complete shard(s) kept in {output}: fix the cause and "
+                                     f"rerun with --resume)") from None
+            raise
 
 
 def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resume: bool, overwrite: bool,

@@ -139,12 +139,18 @@ def check_plan(folder: str | Path, recorded: dict, plan: dict, where: Path) -> N
                              f"(differs in: {', '.join(differing)}); choose another --output, or --overwrite")
 
 
+def sealed_sidecars(folder: str | Path) -> list[Path]:
+    """The sidecars of the shards sealed so far in ``folder``, in shard order."""
+    shards = Path(folder) / SHARDS
+    return sorted(shards.glob(f"*/{SIDECAR}")) if shards.is_dir() else []
+
+
 def existing_plan(folder: str | Path) -> tuple[dict, Path] | None:
     """The plan recorded in a sharded folder (its manifest, else its first sealed shard), and where."""
     folder = Path(folder)
     if (folder / MANIFEST).is_file():
         return read_manifest(folder)["plan"], folder / MANIFEST
-    for sidecar in sorted((folder / SHARDS).glob(f"*/{SIDECAR}")) if (folder / SHARDS).is_dir() else []:
+    for sidecar in sealed_sidecars(folder):
         return read_json(sidecar, dict).get("plan", {}), sidecar
     return None
 
@@ -184,7 +190,7 @@ def read_manifest(folder: str | Path) -> dict:
     folder = Path(folder)
     path = folder / MANIFEST
     if not path.is_file():
-        sealed = len(list((folder / SHARDS).glob(f"*/{SIDECAR}"))) if (folder / SHARDS).is_dir() else 0
+        sealed = len(sealed_sidecars(folder))
         raise InputError(f"incomplete sharded vectors folder: no {MANIFEST} ({sealed} shards sealed); finish it with "
                          "`spladekit encode … --resume` (same model, corpus and options)", folder)
     manifest = read_json(path, dict)
