@@ -165,7 +165,8 @@ def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_P
         # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
         query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length, scored_as)
         document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length, scored_as)
-        by_k = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES}
+        by_k: dict[float, float] = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median())
+                                    for k in AUTO_K_CANDIDATES}
         return by_k, query_vectors[1], document_vectors[1]
 
     scored_as = "tied" if mode == "auto" else mode

@@ -199,7 +199,7 @@ def word_position_ratio(model: PreTrainedModel) -> float | None:
     """
     norms = embedding_norms(model)
     words, positions = norms["word_norm"], norms["position_norm"]
-    return words / positions if positions else None
+    return words / positions if words is not None and positions else None
 
 
 def embedding_norms(model: PreTrainedModel) -> dict[str, float | None]:
