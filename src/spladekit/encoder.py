@@ -107,6 +107,9 @@ def non_finite_weights(module: nn.Module) -> list[str]:
     return bad
 
 
+LENGTH_SLICE = 1024  # texts tokenized at once to measure their lengths
+
+
 class NonFiniteVector(SpladekitError):
     """A text encoded to a vector with NaN/inf weights (a broken model): refused, never written."""
 
@@ -269,7 +272,10 @@ class SparseEncoder(nn.Module):
         if batch_size < 1:
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
         max_length = max_length or self.max_length
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]]
+        # token counts only, a slice at a time: the token id lists of every text would cost ~9 KB a text
+        lengths = [len(ids) for start in range(0, len(texts), LENGTH_SLICE)
+                   for ids in self.tokenizer(texts[start : start + LENGTH_SLICE], truncation=True,
+                                             max_length=max_length)["input_ids"]]
         order = np.argsort(-np.asarray(lengths), kind="stable")
         was_training = self.model.training
         self.model.eval()

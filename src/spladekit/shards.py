@@ -36,10 +36,11 @@ from spladekit.atomic import atomic_file, open_output
 from spladekit.data.lines import expect, read_json
 from spladekit.errors import InputError, SpladekitError
 
-# 100,000 documents a shard: ~100 MB of CSR at SPLADE's ~120 non-zeros (value + column index, 8 bytes);
-# encoding one takes ~1 GB over the loaded model (~10 KB a document, docs/benchmarks.md "Encoding memory");
-# 88 shards for MS MARCO's 8.8M passages; a killed run loses at most one shard's work.
-DEFAULT_SHARD_SIZE = 100_000
+# 10,000 documents a shard: ~10 MB of CSR at SPLADE's ~120 non-zeros (value + column index, 8 bytes) and
+# ~25 MB of working memory while it is encoded (docs/benchmarks.md "Encoding memory"), so the default path's
+# peak memory does not grow with the corpus; 885 shards for MS MARCO's 8.8M passages, and a killed run loses
+# at most one shard's work (a few minutes on a GPU).
+DEFAULT_SHARD_SIZE = 10_000
 FORMAT = "spladekit-sharded-vectors"
 VERSION = 1
 MANIFEST = "manifest.json"
