@@ -3,9 +3,9 @@
 Each encode runs as its own process (``python -m spladekit encode``); its peak RSS is the ``ru_maxrss``
 that ``os.wait4`` returns for that child (torch's CPU allocations included). The model is the tests' tiny
 random-init BERT (``tests/tiny_models.py``: hidden 32, vocabulary of 158 word pieces), so the run takes
-minutes on a CPU; the documents are 20–60 random words of its vocabulary (seeded). Shard sizes: a fixed
-one (``--shard-size``, default 5,000: O(shard) memory, both corpora hold one shard at a time) and the
-command's default (100,000: at these sizes one shard, that is the whole corpus, as before sharding).
+minutes on a CPU; the documents are 20–60 random words of its vocabulary (seeded). Shard sizes: the
+command's default (``spladekit.shards.DEFAULT_SHARD_SIZE``, 10,000) and a size at least the largest corpus
+(``--whole``, default 100,000: one shard holds the whole corpus, as before sharding).
 
     python benchmarks/encode_memory.py                  # prints one JSON line per run and the ratios
 """
@@ -54,15 +54,16 @@ def peak_rss_mb(command: list[str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[5_000, 50_000])
-    parser.add_argument("--shard-size", type=int, default=5_000)
+    parser.add_argument("--whole", type=int, default=100_000, help="a shard size holding the whole corpus")
     arguments = parser.parse_args()
+    from spladekit.shards import DEFAULT_SHARD_SIZE
     from tiny_models import build_tiny_model
 
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         model = build_tiny_model("bert", root / "model")
         peaks: dict[tuple[int, int], float] = {}
-        for shard_size in (arguments.shard_size, 100_000):
+        for shard_size in (DEFAULT_SHARD_SIZE, arguments.whole):
             for size in arguments.sizes:
                 corpus = write_corpus(root / f"corpus-{size}.jsonl", size)
                 output = root / f"vectors-{size}-{shard_size}"
@@ -73,7 +74,7 @@ def main() -> None:
                 print(json.dumps({"documents": size, "shard_size": shard_size, "peak_rss_mb": round(peak),
                                   "seconds": round(seconds, 1)}), flush=True)
         small, large = min(arguments.sizes), max(arguments.sizes)
-        for shard_size in (arguments.shard_size, 100_000):
+        for shard_size in (DEFAULT_SHARD_SIZE, arguments.whole):
             print(json.dumps({"shard_size": shard_size, f"peak_{large}_over_{small}":
                               round(peaks[large, shard_size] / peaks[small, shard_size], 3)}))
 
