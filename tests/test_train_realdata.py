@@ -46,7 +46,8 @@ def test_fine_tune_splade_tiny_on_scifact(tmp_path):
     assert [r["step"] for r in records] == [1, 2, 3]
     assert all(math.isfinite(r["loss"]) and 0 < r["q_nnz"] < 30522 and 0 < r["d_nnz"] < 30522 for r in records)
     assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"] is None
-    assert sorted(p.name for p in (output / "plots").iterdir()) == ["bias.png", "head_norm.png", "lambda.png", "loss.png", "nnz.png", "norms.png"]
+    assert sorted(p.name for p in (output / "plots").iterdir()) == ["bias.png", "head_norm.png", "lambda.png", "loss.png",
+                                                                    "nnz.png", "norms.png"]
     vectors = SparseEncoder.from_pretrained(output / "model").encode(["vitamin d and bone health"], show_progress=False)
     assert 0 < vectors.nnz < 200
 
