@@ -324,6 +324,22 @@ def test_collapse_detector_conditions():
     assert all(detector.update({**healthy, "uniform_loss": None, "ranking_loss": 2.2}) is None for _ in range(3))
 
 
+def test_explosion_is_measured_against_chance_not_a_lucky_batch():
+    # tinyT-x8 k=8 untie, seed 15 (docs/results/head-only-inflation): one batch reached loss 0.000469, later
+    # batches ~1 — worse than that batch, better than chance (ln 9): healthy, not an explosion
+    detector = CollapseDetector(vocab_size=100, patience=2)
+    record = {"ranking_loss": 0.5, "uniform_loss": math.log(9), "q_nnz": 10, "d_nnz": 20}
+    assert detector.update({**record, "loss": 0.000469}) is None
+    assert all(detector.update({**record, "loss": 1.05}) is None for _ in range(4))
+    detector.update({**record, "loss": 23.0})
+    shape, message = detector.update({**record, "loss": 25.0})  # > 10 × ln 9 = 21.97 twice
+    assert shape == "explosion" and "× 2.197" in message
+    # without an equal-score value (distillation) the lowest logged loss is the reference
+    distilling = CollapseDetector(vocab_size=100, patience=1)
+    distilling.update({**record, "uniform_loss": None, "loss": 0.5})
+    assert distilling.update({**record, "uniform_loss": None, "loss": 5.5})[0] == "explosion"
+
+
 @pytest.mark.parametrize("history, fires_at", [
     # the logged InfoNCE ranking losses of two committed runs (9 candidates, ln 9 = 2.1972), first 7 logs
     ([2.1969, 2.1976, 2.2015, 2.1954, 2.1958, 2.1960, 2.1950], 5),  # tiny__k16__tied: uniform

@@ -92,7 +92,10 @@ class CollapseDetector:
       (InfoNCE: ``ln(candidates)``; ``uniform_loss`` in the record) — over-rescaled heads;
     * everything active: more than half of the vocabulary active (no sparsity, scores inflated);
     * vanishing: average active dimensions of queries or documents below 1 (everything pruned);
-    * explosion: loss above ``explosion_factor`` × its lowest logged value.
+    * explosion: loss above ``explosion_factor`` × the larger of its lowest logged value and its equal-score
+      value (``uniform_loss``, when the loss has one): a ranking loss far *worse than chance*. The chance floor
+      keeps a healthy run whose single-batch loss once dipped to ~0 (a lowest of 5e-4 made a later 0.005 an
+      "explosion") from being flagged.
 
     A condition must hold for ``patience`` consecutive logs to count; ``update`` returns ``(shape,
     message)`` the first time it does (once per episode: the condition must clear before it is reported again).
@@ -109,6 +112,7 @@ class CollapseDetector:
         nnz = min(record["q_nnz"], record["d_nnz"]), max(record["q_nnz"], record["d_nnz"])
         equal_scores = record.get("uniform_loss")
         uniform = bool(equal_scores) and abs(record["ranking_loss"] / equal_scores - 1) < self.uniform_tolerance
+        reference = max(self.lowest_loss, equal_scores or 0.0)
         conditions = {
             "uniform": (uniform, lambda: f"ranking loss {record['ranking_loss']:.4f} ≈ {equal_scores:.4f}, its value when "
                         f"every candidate scores the same (score spread {record.get('score_spread', math.nan):.3g}, "
@@ -116,8 +120,9 @@ class CollapseDetector:
             "everything active": (nnz[1] > self.vocab_size / 2, lambda: f"{nnz[1]:.0f} of {self.vocab_size} dimensions "
                                   "active (> 50 % of the vocabulary)"),
             "vanishing": (nnz[0] < 1, lambda: f"average active dimensions fell to {nnz[0]:.2f}"),
-            "explosion": (record["loss"] > self.explosion_factor * self.lowest_loss and record["loss"] > 0,
-                          lambda: f"loss {record['loss']:.4g} > {self.explosion_factor:g} × its lowest {self.lowest_loss:.4g}"),
+            "explosion": (record["loss"] > self.explosion_factor * reference and record["loss"] > 0,
+                          lambda: f"loss {record['loss']:.4g} > {self.explosion_factor:g} × {reference:.4g} (the larger "
+                          "of its lowest logged value and its equal-score value)"),
         }
         self.lowest_loss = min(self.lowest_loss, record["loss"])
         found = None
