@@ -384,3 +384,22 @@ def test_report_gives_mean_and_std_over_seeds_and_tests_each_claimed_contrast(tm
     assert [row["run"] for row in rows][-2:] == ["bert__untouched", "bm25"]
     assert {row["configuration"] for row in rows if not row["baseline"]} == {"bert__k1__none", "bert__k8__tied",
                                                                                "bert__k8__untie"}
+
+
+def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path, cli):
+    sweep_dir = tmp_path / "sweep"
+    for seed in (0, 1):
+        write_seeded_run(sweep_dir, f"bert__k1__none__s{seed}", [0.1, 0.2, 0.3, 0.4], seed)
+        write_seeded_run(sweep_dir, f"bert__k8__untie__s{seed}", [0.3, 0.5, 0.6, 0.9], seed)
+    write_seeded_run(sweep_dir, "bm25", [0.2, 0.2, 0.2, 0.2], None, "bm25")
+    report = build_report(sweep_dir, contrasts=["bm25:bert__k1__none"])
+    asked = report["paired_tests"][-1]
+    assert (asked["a"], asked["b"], asked["units"]) == ("bm25", "bert__k1__none", 4)
+    assert asked["mean_difference"] == pytest.approx(-0.05)
+    assert "| bm25 | bert__k1__none | 4 |" in (sweep_dir / "results.md").read_text()
+    (sweep_dir / "results.md").unlink()
+    for contrast, message in [("bert__k2__tied:bm25", "--contrast names bert__k2__tied: no finished run"),
+                              ("bm25", "--contrast 'bm25': expected A:B")]:
+        result = cli("report", sweep_dir, "--contrast", contrast)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+        assert not (sweep_dir / "results.md").exists()

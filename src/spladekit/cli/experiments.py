@@ -61,11 +61,15 @@ def sweep(
 @app.command()
 def report(
     directory: Path = typer.Argument(..., help="A sweep folder written by `spladekit sweep`."),
+    contrast: list[str] = typer.Option([], "--contrast", help="Also test configuration A against B, written A:B "
+                                       "(names as in the report's configuration table, e.g. tiny__k16__untie:tiny__k16__tied, "
+                                       "or a baseline such as bm25); repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
-    """Build results.csv, results.md (paper-style table, best k per backbone, auto-k check) and plots/*.png."""
+    """Build results.csv, results.md (paper-style table, best k per backbone, auto-k check, paired tests over
+    queries) and plots/*.png."""
     from spladekit.experiments.report import build_report
 
     command = " ".join(["spladekit", *map(shlex.quote, sys.argv[1:])])
-    result = build_report(directory, command=command)
+    result = build_report(directory, command=command, contrasts=contrast)
     emit(result, as_json, None, (Path(directory) / "results.md").read_text())

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from spladekit.atomic import atomic_file
-from spladekit.errors import SpladekitError
+from spladekit.errors import InputError, SpladekitError
 from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
 from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
 from spladekit.train.monitors import read_metrics
@@ -122,9 +122,20 @@ def configurations(rows: list[dict]) -> list[dict]:
     return result
 
 
-def paired_tests(directory: Path, rows: list[dict], summary: dict) -> list[PairedTest]:
+def parse_contrast(text: str) -> tuple[str, str]:
+    """``"A:B"`` (two configuration or baseline names) → ``(A, B)``."""
+    a, sep, b = text.partition(":")
+    if not sep or not a or not b or ":" in b:
+        raise InputError(f"--contrast {text!r}: expected A:B, two configuration names (a run's name without "
+                         "its __s<seed>, or a baseline's name)")
+    return a, b
+
+
+def paired_tests(directory: Path, rows: list[dict], summary: dict,
+                 contrasts: Iterable[tuple[str, str]] = ()) -> list[PairedTest]:
     """The report's claims, tested over queries: per backbone its best configuration against k = 1, the untouched
-    backbone and BM25; tied against untie at each k that ran both (configurations: seeds averaged per query)."""
+    backbone and BM25; tied against untie at each k that ran both (configurations: seeds averaged per query);
+    then every ``contrasts`` pair asked for (e.g. an experiment's pre-registered predictions), in order."""
     runs_of: dict[str, list[Path]] = {}
     for row in rows:
         if row.get("status") == "done":
@@ -141,6 +152,7 @@ def paired_tests(directory: Path, rows: list[dict], summary: dict) -> list[Paire
     for row in configs:
         by_setting.setdefault((row["backbone"], row["k"], row.get("set")), {})[row["mode"]] = row["run"]
     pairs += [(modes["tied"], modes["untie"]) for modes in by_setting.values() if {"tied", "untie"} <= modes.keys()]
+    pairs += list(contrasts)
     tests = []
     for a, b in dict.fromkeys(pairs):
         if a != b and a in values and b in values:
@@ -322,12 +334,20 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     return written
 
 
-def build_report(directory: str | Path, command: str | None = None) -> dict:
-    """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder."""
+def build_report(directory: str | Path, command: str | None = None, contrasts: Iterable[str] = ()) -> dict:
+    """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder; ``contrasts`` (``"A:B"``)
+    are tested on top of the report's own pairs. A contrast naming a configuration with no finished run is
+    refused before anything is written."""
     directory = Path(directory)
+    pairs = [parse_contrast(text) for text in contrasts]
     rows = collect(directory)
+    known = {row["configuration"] for row in rows if row.get("status") == "done"}
+    missing = sorted({name for pair in pairs for name in pair} - known)
+    if missing:
+        raise InputError(f"--contrast names {', '.join(missing)}: no finished run of that configuration in "
+                         f"{directory} (finished: {', '.join(sorted(known)) or 'none'})")
     summary = best_k(rows)
-    tests = paired_tests(directory, rows, summary)
+    tests = paired_tests(directory, rows, summary, pairs)
     columns = _columns(rows)
     with atomic_file(directory / "results.csv") as stream:
         writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
