@@ -392,7 +392,11 @@ def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path
         write_seeded_run(sweep_dir, f"bert__k1__none__s{seed}", [0.1, 0.2, 0.3, 0.4], seed)
         write_seeded_run(sweep_dir, f"bert__k8__untie__s{seed}", [0.3, 0.5, 0.6, 0.9], seed)
     write_seeded_run(sweep_dir, "bm25", [0.2, 0.2, 0.2, 0.2], None, "bm25")
-    report = build_report(sweep_dir, contrasts=["bm25:bert__k1__none"])
+    report = build_report(sweep_dir, contrasts=["bert__k1__none:bert__k8__untie", "bm25:bert__k1__none"])
+    pairs = [(test["a"], test["b"]) for test in report["paired_tests"]]
+    # the report's own (best, k = 1) pair is asked the other way round: tested once, as asked
+    assert ("bert__k8__untie", "bm25") in pairs and ("bert__k8__untie", "bert__k1__none") not in pairs
+    assert pairs[-2:] == [("bert__k1__none", "bert__k8__untie"), ("bm25", "bert__k1__none")]
     asked = report["paired_tests"][-1]
     assert (asked["a"], asked["b"], asked["units"]) == ("bm25", "bert__k1__none", 4)
     assert asked["mean_difference"] == pytest.approx(-0.05)

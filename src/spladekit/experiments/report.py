@@ -152,7 +152,8 @@ def paired_tests(directory: Path, rows: list[dict], summary: dict,
     for row in configs:
         by_setting.setdefault((row["backbone"], row["k"], row.get("set")), {})[row["mode"]] = row["run"]
     pairs += [(modes["tied"], modes["untie"]) for modes in by_setting.values() if {"tied", "untie"} <= modes.keys()]
-    pairs += list(contrasts)
+    asked = list(contrasts)
+    pairs = [pair for pair in pairs if pair[::-1] not in asked] + asked  # an asked pair keeps the order it was asked in
     tests = []
     for a, b in dict.fromkeys(pairs):
         if a != b and a in values and b in values:
