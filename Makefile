@@ -34,7 +34,7 @@ test: install
 # DEMO_ARGS adds or overrides options, e.g. make demo DEMO_ARGS="--steps 20".
 DEMO_ARGS ?=
 demo: install
-	$(BIN)/spladekit quickstart --steps 100 --max-length 128 --output demo-output --overwrite $(DEMO_ARGS)
+	$(BIN)/spladekit quickstart --steps 50 --max-length 128 --output demo-output --overwrite $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-output
