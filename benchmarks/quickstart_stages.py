@@ -1,12 +1,12 @@
 """Where one quickstart's time goes, per stage: wall seconds and CPU seconds (user + sys of the whole process,
 ``resource.getrusage``), and the peak resident set so far, printed when each stage is announced and at the end.
 
-Runs ``spladekit.quickstart.quickstart`` in this process with the options given (any of the CLI's, passed on as
-keyword arguments; the defaults are the CLI's), so the stage boundaries are the quickstart's own announcements.
-For an uncached first run point ``SPLADEKIT_CACHE`` at an empty folder. Run from the repository root, under the
-machine's heavy-job lock (see the README's demo section):
+Runs ``spladekit.quickstart.quickstart`` in this process (options: the CLI's --backbone, --data, --eval-data,
+--max-length, --steps, same defaults; the output is always overwritten), so the stage boundaries are the
+quickstart's own announcements. For an uncached first run point ``SPLADEKIT_CACHE`` at an empty folder. Run
+from the repository root (the README's demo section has the numbers):
 
-    SPLADEKIT_CACHE=$(mktemp -d) python benchmarks/quickstart_stages.py --output /tmp/qs --steps 100
+    SPLADEKIT_CACHE=$(mktemp -d) python benchmarks/quickstart_stages.py --output /tmp/qs --steps 100 --max-length 128
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ def main() -> None:
     parser.add_argument("--data")
     parser.add_argument("--eval-data")
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--batch-size", type=int)
     parser.add_argument("--max-length", type=int)
     args = parser.parse_args()
 
@@ -48,10 +47,8 @@ def main() -> None:
                   f"peak {stages[-1][3]:.0f} MB", flush=True)
         print(line, flush=True)
 
-    options = {key: value for key, value in (("eval_data", args.eval_data), ("batch_size", args.batch_size),
-                                             ("max_length", args.max_length)) if value is not None}
     summary = quickstart(args.backbone, args.data, args.output, steps=args.steps, overwrite=True,
-                         show_progress=True, say=say, **options)
+                         show_progress=True, say=say, eval_data=args.eval_data, max_length=args.max_length)
     stages.append(("end", time.perf_counter(), cpu_seconds(), peak_mb()))
     print(summary["table"])
     previous = ("start", *started, 0.0)
