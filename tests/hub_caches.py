@@ -8,13 +8,17 @@
   ``scifact/queries.jsonl``, ``scifact/qrels/{train,test}.tsv``). ir_datasets checks the md5 of a file only
   while downloading it; an existing ``source.zip`` is used as is, and its ``docs.pklz4`` store is built
   from it on first use.
+* :func:`ir_datasets_cranfield`: the same home holding Cranfield as ``cranfield``, in the Glasgow distribution
+  ir_datasets downloads (``cranfield/cran.tar.gz``: ``cran.all.1400``, ``cran.qry``, ``cranqrel``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -67,6 +71,31 @@ def ir_datasets_home(beir_folder: Path, home: Path, extra_docs: int = 50) -> Pat
         archive.writestr("scifact/queries.jsonl", (beir_folder / "queries.jsonl").read_text())
         for split, text in qrels.items():
             archive.writestr(f"scifact/qrels/{split}.tsv", text)
+    return home
+
+
+def ir_datasets_cranfield(beir_folder: Path, home: Path) -> Path:
+    """``home`` (an ``IR_DATASETS_HOME``) holding the Cranfield collection of ``beir_folder`` (the BEIR copy in
+    ``shared``) as ir_datasets' ``cranfield``: the Glasgow files rebuilt from it, whole. The copy wrote the
+    "no interest" grade -1 as 0; the original's -1 is written back. Query numbers are the file order, as
+    ir_datasets and the copy both number them."""
+    documents = [json.loads(line) for line in (beir_folder / "corpus.jsonl").read_text().splitlines()]
+    queries = [json.loads(line) for line in (beir_folder / "queries.jsonl").read_text().splitlines()]
+    qrels = [line.split("\t") for line in (beir_folder / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    members = {
+        "cran.all.1400": "".join(f".I {doc['_id']}\n.T\n{doc['title']}\n.A\n\n.B\n\n.W\n{doc['text']}\n"
+                                 for doc in documents),
+        "cran.qry": "".join(f".I {query['_id']}\n.W\n{query['text']}\n" for query in queries),
+        "cranqrel": "".join(f"{query} {doc} {int(grade) or -1}\n" for query, doc, grade in qrels),
+    }
+    target = home / "cranfield"
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(target / "cran.tar.gz", "w:gz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
     return home
 
 

@@ -245,6 +245,10 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     ("quickstart-unknown-data-id", lambda t, w: ["quickstart", "--backbone", w["model"], "--data", "nobody/no-such-data",
                                                  "--triplets", w["triplets"], "--steps", "1", "--output", t / "OUT"],
      "not a folder, a suite or an ir_datasets id"),
+    ("quickstart-unknown-eval-data-id", lambda t, w: ["quickstart", "--backbone", w["model"], "--data", w["beir"],
+                                                      "--eval-data", "nobody/no-such-data", "--triplets", w["triplets"],
+                                                      "--steps", "1", "--output", t / "OUT"],
+     "'nobody/no-such-data' is not a folder, a suite or an ir_datasets id"),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+import spladekit.quickstart as quickstart_module
 from conftest import shared_path
-from hub_caches import hf_cache, ir_datasets_home, offline_env
+from hub_caches import hf_cache, ir_datasets_cranfield, ir_datasets_home, offline_env
 from spladekit.data.collections import load_collection
 from spladekit.encoder import SparseEncoder
 from spladekit.evaluate import evaluate
-from spladekit.quickstart import DEFAULT_BACKBONE, DEFAULT_DATA
+from spladekit.quickstart import DEFAULT_BACKBONE, DEFAULT_DATA, DEFAULT_EVAL_DATA, default_assets
 from spladekit.run import Run
 
 DOCS = {
@@ -137,6 +139,45 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
     assert f"| triplets | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
 
 
+def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_dirs, beir_folder, tmp_path):
+    """--data gives the training triplets, --eval-data the collection evaluated before and after (whole), with
+    its documents cut to --max-length tokens."""
+    other = tmp_path / "otherbeir"
+    (other / "qrels").mkdir(parents=True)
+    texts = {f"e{i}": f"{word} is the word of document number {i}" for i, word in enumerate(
+        ["rocket", "engine", "wing", "glacier", "violin"])}
+    (other / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in texts.items()))
+    (other / "queries.jsonl").write_text("".join(json.dumps({"_id": f"x{n}", "text": word}) + "\n"
+                                                 for n, word in enumerate(["rocket", "violin"])))
+    (other / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nx0\te0\t1\nx1\te4\t1\n")
+    out = tmp_path / "qs"
+    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--eval-data", other,
+               "--max-length", "12", "--output", out, "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["data"] == str(beir_folder) and summary["eval_data"] == str(other)
+    for side in ("before", "after"):
+        assert (summary[side]["docs"], summary[side]["queries"], summary[side]["max_length"]) == (5, 2, 12)
+    assert set(Run.read(out / "run.trec").scores) == {"x0", "x1"}
+    assert f"| triplets | {beir_folder / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
+    trained = SparseEncoder.from_pretrained(out / "train" / "model")
+    again = evaluate(trained, load_collection(other, "test"), max_length=12, cache=False, show_progress=False)
+    assert summary["after"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])
+
+
+def test_default_assets_are_the_shared_copies_else_the_public_ids(tmp_path, monkeypatch):
+    monkeypatch.setattr(quickstart_module, "shared_folder", lambda: None)
+    assert default_assets() == (DEFAULT_BACKBONE, DEFAULT_DATA, DEFAULT_EVAL_DATA)
+    for parts in (("models", "splade-tiny-msmarco"), ("data", "scifact")):
+        tmp_path.joinpath(*parts).mkdir(parents=True)
+    monkeypatch.setattr(quickstart_module, "shared_folder", lambda: tmp_path)
+    # each asset on its own: a shared folder without Cranfield evaluates on the public id
+    assert default_assets() == (str(tmp_path / "models" / "splade-tiny-msmarco"), str(tmp_path / "data" / "scifact"),
+                                DEFAULT_EVAL_DATA)
+    (tmp_path / "data" / "cranfield").mkdir()
+    assert default_assets()[2] == str(tmp_path / "data" / "cranfield")
+
+
 # ----------------------------------------------------------------------------------------- the hub path, offline
 def _summary_ok(result: subprocess.CompletedProcess, out: Path) -> dict:
     assert result.returncode == 0, result.stderr[-3000:]
@@ -147,11 +188,13 @@ def _summary_ok(result: subprocess.CompletedProcess, out: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def offline_caches(tmp_path_factory) -> Path:
-    """A HF cache holding splade-tiny as the default backbone id and an ir_datasets home holding SciFact."""
+    """A HF cache holding splade-tiny as the default backbone id and an ir_datasets home holding SciFact and
+    Cranfield."""
     model, scifact = shared_path("models", "splade-tiny-msmarco"), shared_path("data", "scifact")
     root = tmp_path_factory.mktemp("caches")
     hf_cache(model, DEFAULT_BACKBONE, root / "hf" / "hub")
     ir_datasets_home(scifact, root / "ir_datasets")
+    ir_datasets_cranfield(shared_path("data", "cranfield"), root / "ir_datasets")
     return root
 
 
@@ -186,6 +229,9 @@ def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path)
     assert not out.exists()
 
 
+DEMO_MAX_LENGTH = int(re.search(r"--max-length (\d+)", (Path(__file__).parents[1] / "Makefile").read_text())[1])
+
+
 @pytest.mark.realdata
 def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches, tmp_path):
     """`make demo` in a copy of the repository with no `shared` folder beside it: the public default ids,
@@ -208,4 +254,8 @@ def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches,
                             text=True, env=env)
     summary = _summary_ok(result, clone / "demo-output")
     assert summary["backbone"] == DEFAULT_BACKBONE and summary["data"] == DEFAULT_DATA
+    assert summary["eval_data"] == DEFAULT_EVAL_DATA and summary["before"]["source"] == DEFAULT_EVAL_DATA
+    # Cranfield whole, read through ir_datasets: every document, every judged query, the demo's token limit
+    assert (summary["before"]["docs"], summary["before"]["queries"]) == (1400, 225)
+    assert summary["after"]["max_length"] == DEMO_MAX_LENGTH
     assert "| trained (" in result.stdout and "plots:" in result.stdout
