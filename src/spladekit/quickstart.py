@@ -103,7 +103,7 @@ def _row(label: str, result: EvaluationResult) -> str:
 def summary_table(before: EvaluationResult, after: EvaluationResult, rescaling: RescaleRecord, steps: int) -> str:
     header = ["model", *after.measures, "FLOPS", "query nnz", "doc nnz"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             _row("backbone as is (k = 1, untrained)", before),
+             _row("backbone as is (k = 1, before this training)", before),
              _row(f"trained ({rescaling.describe()}, {steps} steps)", after)]
     return "\n".join(lines)
 
@@ -201,7 +201,7 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
     say(f"      {explain_diagnosis(report)}")
     say(f"      {explain_k(report)}")
 
-    say(f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, untrained) on {len(collection.corpus)} "
+    say(f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, before this training) on {len(collection.corpus)} "
         f"documents, {len(collection.qrels)} judged queries")
     # the backbone as loaded is the same model on every run: its corpus vectors come from the evaluation
     # cache after the first run (keyed by the weights' and the corpus' hashes, see spladekit.evaluate)
