@@ -211,17 +211,18 @@ def main() -> None:
         model = build_model(shape, device)
         vocab = model.config.vocab_size
         results[shape] = {}
-        for task in args.tasks.split(","):
+        runs = [(task, config) for task in args.tasks.split(",") for config in configs
+                if not (task == "train" and config == "backbone")]
+        for task, config in runs:
             measure = {"encode": measure_encoding, "train": measure_training}[task]
-            results[shape][task] = {}
-            for config in configs:
-                if task == "train" and config == "backbone":
-                    continue
-                # training changes the weights: every configuration starts from the same copy
-                splade = Splade(config, copy.deepcopy(model) if task == "train" else model, shape)
-                results[shape][task][config] = measure(splade, args, device, vocab)
-                del splade
-                print(f"{shape} {task} {config}: {json.dumps(results[shape][task][config])}", file=sys.stderr)
+            results[shape].setdefault(task, {})
+            # training changes the weights: every configuration starts from the same copy, except the
+            # last one (no copy in memory: a one-configuration process's peak RSS is the tool's own)
+            fresh = task == "train" and (task, config) != runs[-1]
+            splade = Splade(config, copy.deepcopy(model) if fresh else model, shape)
+            results[shape][task][config] = measure(splade, args, device, vocab)
+            del splade
+            print(f"{shape} {task} {config}: {json.dumps(results[shape][task][config])}", file=sys.stderr)
         del model
     header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "command": " ".join(sys.argv), "batch": args.batch, "length": args.length}

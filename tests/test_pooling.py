@@ -18,7 +18,10 @@ from spladekit import pooling as pooling_module
 from spladekit.errors import SpladekitError
 from spladekit.pooling import (
     ACCUMULATION_UNIT_ROUNDOFF,
+    BLOCK_BYTES_PER_WIDTH,
+    MIN_CHUNK_SIZE,
     _augmented,
+    default_chunk_size,
     screen_candidates,
     screen_is_sound,
     splade_max_pool,
@@ -229,6 +232,47 @@ def test_unknown_pooling_and_bad_chunk_size_are_refused(tiny_model_dirs):
     hidden, weight, bias, mask = random_inputs()
     with pytest.raises(ValueError, match="chunk_size"):
         splade_max_pool_fused(hidden, weight, bias, mask, chunk_size=0)
+
+
+@pytest.mark.parametrize(("width", "tokens", "expected"), [
+    (128, 8 * 256, 2048), (128, 32 * 256, 512), (768, 8 * 256, 8192), (768, 32 * 256, 2048),
+    (128, 128 * 512, 512), (32, 1, 2**20)])
+def test_default_chunk_size_examples(width, tokens, expected):
+    assert default_chunk_size(width, tokens) == expected
+
+
+@given(width=st.integers(1, 4096), tokens=st.integers(1, 2**20), itemsize=st.sampled_from([2, 4, 8]))
+def test_default_chunk_size_is_the_largest_power_of_two_block_within_the_budget(width, tokens, itemsize):
+    chunk = default_chunk_size(width, tokens, itemsize)
+    budget = width * BLOCK_BYTES_PER_WIDTH
+    assert chunk & (chunk - 1) == 0 and chunk >= MIN_CHUNK_SIZE
+    assert chunk == MIN_CHUNK_SIZE or chunk * tokens * itemsize <= budget
+    assert 2 * chunk * tokens * itemsize > budget
+
+
+def test_default_chunk_gives_the_vectors_and_gradients_of_chunk_512():
+    hidden, weight, bias, mask = random_inputs(batch=3, length=6, width=32, vocab=2000, dtype=torch.float32)
+    assert default_chunk_size(32, 3 * 6) > 2000  # the default runs one block where 512 runs four
+    grad_output = torch.rand(3, 2000, generator=torch.Generator().manual_seed(1))
+    results = []
+    for chunk_size in (None, 512):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        out = splade_max_pool_fused(h, w, bias, mask, chunk_size=chunk_size)
+        results.append((out, *torch.autograd.grad(out, [h, w], grad_output)))
+    for default, fixed in zip(*results, strict=True):
+        torch.testing.assert_close(default, fixed, rtol=0, atol=1e-6)
+    assert (results[0][0] > 0).equal(results[1][0] > 0)
+
+
+def test_the_default_chunk_comes_from_default_chunk_size(monkeypatch):
+    seen = []
+    monkeypatch.setattr(pooling_module, "default_chunk_size", lambda *shape: seen.append(shape) or 0)
+    hidden, weight, bias, mask = random_inputs(dtype=torch.float32)
+    with pytest.raises(ValueError, match="chunk_size"):
+        splade_max_pool_fused(hidden, weight, bias, mask)
+    assert seen == [(4, 3 * 6, 4)]
+    splade_max_pool_fused(hidden, weight, bias, mask, chunk_size=7)  # an explicit chunk overrides the rule
+    assert len(seen) == 1
 
 
 def training_step(model_dir, pooling, lr=1e-3):

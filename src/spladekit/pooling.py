@@ -31,10 +31,27 @@ from typing import Any
 
 import torch
 
-# Vocabulary rows per block, chosen by measurement on a 2-core AVX-512 CPU (docs/benchmarks.md): within
-# ~13 % of the best chunk both on an idle and on an oversubscribed machine (smaller chunks win when idle,
-# lose badly under load); the block is 16 MB for 32 × 256 tokens.
-DEFAULT_CHUNK_SIZE = 512
+# Vocabulary rows per block (default_chunk_size), chosen by measurement (docs/benchmarks.md, "The head's
+# chunk"): a block may hold BLOCK_BYTES_PER_WIDTH bytes of logits per hidden unit. The max pass reads the block
+# once while the GEMM spends 2·H FLOP per entry, so a wider H tolerates a larger block (fewer, larger GEMMs
+# win at H = 768) while at H = 128 blocks beyond ~16 MB (half this CPU's L3) lose. MIN_CHUNK_SIZE is the
+# earlier fixed default: smaller chunks were up to 2.7x slower on an oversubscribed machine.
+BLOCK_BYTES_PER_WIDTH = 128 * 1024
+MIN_CHUNK_SIZE = 512
+
+
+def default_chunk_size(hidden_width: int, tokens: int, itemsize: int = 4) -> int:
+    """Vocabulary rows per block for H = ``hidden_width`` and B·L = ``tokens`` logits of ``itemsize`` bytes:
+
+        chunk = max(MIN_CHUNK_SIZE, 2^floor(log2(H · BLOCK_BYTES_PER_WIDTH / (B·L · itemsize))))
+
+    i.e. the largest power of two whose chunk × B·L block stays within H × 128 KiB, never below 512.
+    fp32 examples: H = 128 with 8 × 256 tokens → 2048 rows (16 MiB), with 32 × 256 → 512;
+    H = 768 with 8 × 256 → 8192 rows (64 MiB), with 32 × 256 → 2048 (64 MiB)."""
+    rows = hidden_width * BLOCK_BYTES_PER_WIDTH // max(1, tokens * itemsize)
+    return max(MIN_CHUNK_SIZE, 1 << max(0, rows.bit_length() - 1))
+
+
 # The screen's error model (screen_candidates): bf16 inputs, products accumulated with the unit roundoff of
 # float32, one final rounding to bf16. Measured, not assumed: screen_is_sound probes each device once.
 SCREEN_DTYPES = (torch.bfloat16,)
@@ -66,13 +83,14 @@ def splade_max_pool_fused(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
     attention_mask: torch.Tensor,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_size: int | None = None,
     search_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """SPLADE max pooling ``w_v = log1p(ReLU(max_t (h_t · W_v + b_v)))`` without the B × L × V logits.
 
     hidden: B × L × H projection inputs; weight: V × H; bias: V or None; attention_mask: B × L
-    (0 = padding). Peak extra memory is one ``chunk_size × B·L`` logits block. Returns B × V in
+    (0 = padding). Peak extra memory is one ``chunk_size × B·L`` logits block; ``chunk_size=None`` takes
+    :func:`default_chunk_size` for the shape (an int overrides it; the result does not depend on it). Returns B × V in
     ``hidden.dtype``; differentiable in hidden, weight and bias (SPLADE v2, arXiv:2109.10086).
 
     ``search_dtype=torch.bfloat16`` screens every (text, term) pair with a bf16 matmul (≈ 4× the fp32
@@ -82,6 +100,8 @@ def splade_max_pool_fused(
     is among them. Where the device's bf16 matmul does not meet the bound's error model
     (:func:`screen_is_sound`), the full-precision pass runs instead.
     """
+    if chunk_size is None:
+        chunk_size = default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if search_dtype is not None and search_dtype != hidden.dtype and search_dtype not in SCREEN_DTYPES:
