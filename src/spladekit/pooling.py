@@ -141,12 +141,22 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         rows = text * length + winners[text, term]
         flat = hidden.reshape(batch * length, width)
         grad_hidden = grad_weight = grad_bias = None
-        if need_hidden:
-            grad_hidden = _scatter_to_winners(flat, attention_mask, rows, grad * weight[term].to(hidden.dtype))
-            grad_hidden = grad_hidden.view(batch, length, width)
+        scatter = _WinnerScatter(flat, attention_mask) if need_hidden else None
         if need_weight:
-            sources = _winner_rows_or_mean(flat, attention_mask, weight, text, term, rows)
-            grad_weight = torch.zeros_like(weight).index_add_(0, term, (grad * sources).to(weight.dtype))
+            grad_weight = torch.zeros_like(weight)
+        # Active pairs a slice at a time: each slice's per-pair rows (pairs × H) stay within the forward's
+        # block budget. At initialisation nearly every term is active, and all B × V pairs at once held
+        # several B·V·H tensors — more than the B·L·V logits the fused head avoids when H > L.
+        step = max(1, BLOCK_BYTES_PER_WIDTH // hidden.element_size())
+        for start in range(0, term.shape[0], step):
+            part = slice(start, start + step)
+            if scatter is not None:
+                scatter.add(rows[part], grad[part] * weight[term[part]].to(hidden.dtype))
+            if grad_weight is not None:
+                sources = _winner_rows_or_mean(flat, attention_mask, weight, text[part], term[part], rows[part])
+                grad_weight.index_add_(0, term[part], (grad[part] * sources).to(weight.dtype))
+        if scatter is not None:
+            grad_hidden = scatter.result().view(batch, length, width)
         if need_bias and ctx.has_bias:
             grad_bias = grad_logits.sum(0)
         return grad_hidden, grad_weight, grad_bias, None, None, None
@@ -350,9 +360,9 @@ def _winner_rows_or_mean(flat: torch.Tensor, attention_mask: torch.Tensor, weigh
     return sources
 
 
-def _scatter_to_winners(flat: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                        contributions: torch.Tensor) -> torch.Tensor:
-    """Sum per-pair gradients into their winning rows, shared evenly among identical token rows.
+class _WinnerScatter:
+    """Sums per-pair gradients into their winning rows, shared evenly among identical token rows; pairs may
+    come in several slices (the sums are linear).
 
     Autograd's ``amax`` splits a max's gradient evenly between tied maxima. Tokens with bitwise
     identical hidden rows in one text tie on every term, so each receives its group's share; this
@@ -360,22 +370,29 @@ def _scatter_to_winners(flat: torch.Tensor, attention_mask: torch.Tensor, rows: 
     A group is keyed by (text, row id) in int64: a text index stored in a bf16 row would merge texts
     past 256 (and fp16 past 2,048).
     """
-    total, width = flat.shape
-    keep = attention_mask.reshape(total).bool()
-    grad = torch.zeros(total, width, dtype=flat.dtype, device=flat.device)
-    if contributions.shape[0] == 0:
-        return grad
-    length = attention_mask.shape[1]
-    real = torch.nonzero(keep, as_tuple=True)[0]
-    _, row_id = torch.unique(flat[real].detach() + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
-    key = (real // length) * real.shape[0] + row_id
-    groups, group_of, group_size = torch.unique(key, return_inverse=True, return_counts=True)
-    if groups.shape[0] == real.shape[0]:  # no repeated rows: every gradient goes to its winner
-        return grad.index_add_(0, rows, contributions)
-    group_of_row = torch.full((total,), -1, dtype=torch.long, device=flat.device)
-    group_of_row[real] = group_of
-    pair_group = group_of_row[rows]
-    shares = torch.zeros(groups.shape[0], width, dtype=flat.dtype, device=flat.device)
-    shares.index_add_(0, pair_group, contributions / group_size[pair_group].unsqueeze(1).to(flat.dtype))
-    grad[real] = shares[group_of]
-    return grad
+
+    def __init__(self, flat: torch.Tensor, attention_mask: torch.Tensor):
+        total, width = flat.shape
+        length = attention_mask.shape[1]
+        self.grad = torch.zeros(total, width, dtype=flat.dtype, device=flat.device)
+        self.real = torch.nonzero(attention_mask.reshape(total).bool(), as_tuple=True)[0]
+        _, row_id = torch.unique(flat[self.real].detach() + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
+        key = (self.real // length) * self.real.shape[0] + row_id
+        groups, self.group_of, self.group_size = torch.unique(key, return_inverse=True, return_counts=True)
+        self.shares: torch.Tensor | None = None
+        if groups.shape[0] < self.real.shape[0]:  # repeated rows: gradients go to groups, then to their rows
+            self.group_of_row = torch.full((total,), -1, dtype=torch.long, device=flat.device)
+            self.group_of_row[self.real] = self.group_of
+            self.shares = torch.zeros(groups.shape[0], width, dtype=flat.dtype, device=flat.device)
+
+    def add(self, rows: torch.Tensor, contributions: torch.Tensor) -> None:
+        if self.shares is None:  # no repeated rows: every gradient goes to its winner
+            self.grad.index_add_(0, rows, contributions)
+            return
+        pair_group = self.group_of_row[rows]
+        self.shares.index_add_(0, pair_group, contributions / self.group_size[pair_group].unsqueeze(1).to(contributions.dtype))
+
+    def result(self) -> torch.Tensor:
+        if self.shares is not None:
+            self.grad[self.real] = self.shares[self.group_of]
+        return self.grad
