@@ -403,7 +403,8 @@ def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path
     assert "| bm25 | bert__k1__none | 4 |" in (sweep_dir / "results.md").read_text()
     (sweep_dir / "results.md").unlink()
     for contrast, message in [("bert__k2__tied:bm25", "--contrast names bert__k2__tied: no finished run"),
-                              ("bm25", "--contrast 'bm25': expected A:B")]:
+                              ("bm25", "--contrast 'bm25': expected A:B"),
+                              ("bm25:bm25", "a configuration against itself tests nothing")]:
         result = cli("report", sweep_dir, "--contrast", contrast)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
         assert not (sweep_dir / "results.md").exists()

@@ -128,6 +128,8 @@ def parse_contrast(text: str) -> tuple[str, str]:
     if not sep or not a or not b or ":" in b:
         raise InputError(f"--contrast {text!r}: expected A:B, two configuration names (a run's name without "
                          "its __s<seed>, or a baseline's name)")
+    if a == b:
+        raise InputError(f"--contrast {text!r}: a configuration against itself tests nothing")
     return a, b
 
 
