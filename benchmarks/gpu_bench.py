@@ -21,7 +21,13 @@ and one negative document each of ``--length`` tokens; InfoNCE over in-batch and
 configuration (reset before each); on the CPU, run one configuration per process (``--configs``) and
 read its peak RSS.
 
+Largest training batch (``--max-batch-gib G``, CUDA only): per shape and configuration, the largest
+``--batch`` whose two training steps (the second one holds AdamW's state) run with the caching allocator
+capped at G GiB (``torch.cuda.set_per_process_memory_fraction``; the CUDA context is not counted), found by
+doubling from 8 and then bisecting; each probe starts from a fresh copy of the weights on the GPU.
+
     python benchmarks/gpu_bench.py                                   # on a GPU machine: the GPU table
+    python benchmarks/gpu_bench.py --max-batch-gib 16 --configs sentence-transformers,fused
     python benchmarks/gpu_bench.py --device cpu --shapes bert-base --batch 16 --batches 2 --steps 2
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import resource
 import sys
@@ -164,6 +171,63 @@ def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> 
             "peak_mb": peak_mb(device)}
 
 
+def training_fits(model, config: str, shape: str, batch: int, args, device: torch.device) -> float | None:
+    """Peak MB of two training steps at ``batch`` on a fresh GPU copy of ``model``; None when out of memory."""
+    generator = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    try:
+        splade = Splade(config, copy.deepcopy(model).to(device), shape)
+        splade.train()
+        optimizer = torch.optim.AdamW([p for p in splade.parameters() if p.requires_grad], lr=2e-5)
+        reset_peak(device)
+        for _ in range(2):
+            queries = random_batch(batch, QUERY_LENGTH, vocab, device, generator)
+            documents = random_batch(2 * batch, args.length, vocab, device, generator)
+            q, d = splade.vectors(queries), splade.vectors(documents)
+            loss = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(batch, device=device))
+            (loss + LAMBDA * ((q.abs().mean(0) ** 2).sum() + (d.abs().mean(0) ** 2).sum())).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            del q, d, loss
+        synchronize(device)
+        return peak_mb(device)
+    except torch.OutOfMemoryError:
+        return None
+
+
+def largest_batch(model, config: str, shape: str, args, device: torch.device) -> dict:
+    """The largest batch that :func:`training_fits`: doubling from 8, then bisection."""
+    peaks: dict[int, float | None] = {}
+
+    def fits(batch: int) -> bool:
+        peaks[batch] = training_fits(model, config, shape, batch, args, device)
+        gc.collect()  # the failed probe's tensors, before the next one is measured
+        torch.cuda.empty_cache()
+        print(f"  {shape} {config} batch {batch}: "
+              f"{'out of memory' if peaks[batch] is None else f'{peaks[batch]:.0f} MB'}", file=sys.stderr)
+        return peaks[batch] is not None
+
+    low, high = 0, 8
+    while fits(high):
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return {"largest_batch": low, "peak_mb": peaks.get(low), "first_failing_batch": high,
+            "tokens_per_step": low * QUERY_LENGTH + 2 * low * args.length}
+
+
+def max_batch_table(results: dict, gib: float) -> str:
+    lines = [f"| shape | configuration | largest batch in {gib:g} GiB | tokens per step | peak MB at it | "
+             "first failing batch |", "|---|---|---:|---:|---:|---:|"]
+    for shape, configs in results.items():
+        for config, row in configs.items():
+            peak = f"{row['peak_mb']:.0f}" if row["peak_mb"] is not None else "–"
+            lines.append(f"| {shape} | {config} | {row['largest_batch']} | {row['tokens_per_step']} | {peak} | "
+                         f"{row['first_failing_batch']} |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict, device: torch.device, configs: list[str]) -> str:
     """The table; on the CPU, peak memory only when one configuration ran (a process's peak RSS is shared)."""
     memory = "peak MB (max_memory_allocated)" if device.type == "cuda" else "peak RSS MB (process)"
@@ -194,6 +258,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="timed encoding batches (after one warm-up)")
     parser.add_argument("--steps", type=int, default=5, help="timed training steps (after one warm-up)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
+    parser.add_argument("--max-batch-gib", type=float, default=None,
+                        help="instead of timing: the largest training batch in this many GiB (CUDA only)")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -206,7 +272,25 @@ def main() -> None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown --configs {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
+    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+              "torch": torch.__version__, "command": " ".join(sys.argv), "batch": args.batch, "length": args.length}
     results: dict = {}
+    if args.max_batch_gib is not None:
+        if device.type != "cuda" or args.max_batch_gib <= 0:
+            raise SystemExit("--max-batch-gib needs a CUDA device and a positive budget (on the CPU, fit peak "
+                             "RSS against --batch instead: docs/benchmarks.md)")
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.max_batch_gib * 2**30 / total), device)
+        for shape in args.shapes.split(","):
+            model = build_model(shape, torch.device("cpu"))
+            results[shape] = {config: largest_batch(model, config, shape, args, device)
+                              for config in configs if config != "backbone"}
+        if args.output:
+            args.output.write_text(json.dumps({**header, "max_batch_gib": args.max_batch_gib,
+                                               "results": results}, indent=2) + "\n")
+        print(json.dumps(header))
+        print(max_batch_table(results, args.max_batch_gib))
+        return
     for shape in args.shapes.split(","):
         model = build_model(shape, device)
         vocab = model.config.vocab_size
@@ -224,8 +308,6 @@ def main() -> None:
             del splade
             print(f"{shape} {task} {config}: {json.dumps(results[shape][task][config])}", file=sys.stderr)
         del model
-    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "command": " ".join(sys.argv), "batch": args.batch, "length": args.length}
     if args.output:
         args.output.write_text(json.dumps({**header, "results": results}, indent=2) + "\n")
     print(json.dumps(header))
