@@ -11,6 +11,8 @@ weights:
 * ``fused``: ``spladekit.SparseEncoder(pooling="fused")`` (fp32, exact);
 * ``fused-bf16``: ``pooling="fused-bf16"`` (bf16 screen bounded by rounding-error analysis, fp32 recompute);
 * ``fused+autocast``: ``pooling="fused"`` under ``spladekit.devices.autocast`` (bf16 backbone and head);
+* ``sentence-transformers+autocast``: the sentence-transformers modules under the same autocast (its
+  logits in bf16), the fair reference for ``fused+autocast``;
 * ``backbone``: the model up to the vocabulary projection only (``SparseEncoder.head_inputs``), to read
   what the backbone costs and the head adds (encoding only).
 
@@ -48,7 +50,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-CONFIGS = ("sentence-transformers", "fused", "fused-bf16", "fused+autocast", "backbone")
+CONFIGS = ("sentence-transformers", "fused", "fused-bf16", "fused+autocast", "sentence-transformers+autocast",
+           "backbone")
 QUERY_LENGTH = 32
 LAMBDA = 1e-3
 
@@ -90,10 +93,11 @@ class Splade(torch.nn.Module):
     def vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         from spladekit.devices import autocast
 
-        if self.config == "sentence-transformers":
-            logits = self.model(**batch).logits
-            return self.pooling({"token_embeddings": logits, "attention_mask": batch["attention_mask"]})[
-                "sentence_embedding"]
+        if self.config.startswith("sentence-transformers"):
+            with autocast(batch["input_ids"].device, self.config.endswith("+autocast")):
+                logits = self.model(**batch).logits
+                return self.pooling({"token_embeddings": logits, "attention_mask": batch["attention_mask"]})[
+                    "sentence_embedding"].float()
         if self.config == "backbone":
             return self.encoder.head_inputs(batch)[0]
         with autocast(batch["input_ids"].device, self.config == "fused+autocast"):
@@ -139,13 +143,16 @@ def measure_encoding(splade: Splade, args, device: torch.device, vocab: int) -> 
     splade.eval()
     reset_peak(device)
 
+    finite: list[torch.Tensor] = []
+
     def run(index: int) -> None:
         with torch.inference_mode():
-            splade.vectors(batches[index])
+            finite.append(torch.isfinite(splade.vectors(batches[index])).all())
 
     seconds = timed_runs(run, args.batches, device)
     docs = args.batch * args.batches
-    return {"docs_per_s": docs / seconds, "tokens_per_s": docs * args.length / seconds, "peak_mb": peak_mb(device)}
+    return {"docs_per_s": docs / seconds, "tokens_per_s": docs * args.length / seconds, "peak_mb": peak_mb(device),
+            "finite": bool(torch.stack(finite).all())}
 
 
 def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> dict:
@@ -164,11 +171,13 @@ def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> 
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        finite.append(torch.isfinite(loss.detach()))
 
+    finite: list[torch.Tensor] = []
     seconds = timed_runs(run, args.steps, device)
     tokens = args.batch * QUERY_LENGTH + 2 * args.batch * args.length
     return {"steps_per_s": args.steps / seconds, "tokens_per_s": tokens * args.steps / seconds,
-            "peak_mb": peak_mb(device)}
+            "peak_mb": peak_mb(device), "finite": bool(torch.stack(finite).all())}
 
 
 def training_fits(model, config: str, shape: str, batch: int, args, device: torch.device) -> float | None:
@@ -229,21 +238,25 @@ def max_batch_table(results: dict, gib: float) -> str:
 
 
 def markdown(results: dict, device: torch.device, configs: list[str]) -> str:
-    """The table; on the CPU, peak memory only when one configuration ran (a process's peak RSS is shared)."""
+    """The table; on the CPU, peak memory only when one configuration ran (a process's peak RSS is shared).
+    Ratios are against sentence-transformers at the same precision (``+autocast`` rows against
+    ``sentence-transformers+autocast`` when it ran)."""
     memory = "peak MB (max_memory_allocated)" if device.type == "cuda" else "peak RSS MB (process)"
     per_config = device.type == "cuda" or len(configs) == 1
-    lines = [f"| shape | task | configuration | speed | tokens/s | × sentence-transformers | {memory} | × ST |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| shape | task | configuration | speed | tokens/s | × sentence-transformers | {memory} | × ST | finite |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for shape, tasks in results.items():
         for task, configs in tasks.items():
             unit = "docs_per_s" if task == "encode" else "steps_per_s"
-            reference = configs.get("sentence-transformers")
             for config, row in configs.items():
+                same = "sentence-transformers+autocast" if config.endswith("+autocast") else "sentence-transformers"
+                reference = configs.get(same) or configs.get("sentence-transformers")
                 ratio = f"{row[unit] / reference[unit]:.2f}×" if reference else "–"
                 memory_ratio = f"{row['peak_mb'] / reference['peak_mb']:.2f}×" if reference and per_config else "–"
                 peak = f"{row['peak_mb']:.0f}" if per_config else "–"
                 lines.append(f"| {shape} | {task} | {config} | {row[unit]:.2f} {unit.replace('_per_s', '/s')} | "
-                             f"{row['tokens_per_s']:.0f} | {ratio} | {peak} | {memory_ratio} |")
+                             f"{row['tokens_per_s']:.0f} | {ratio} | {peak} | {memory_ratio} | "
+                             f"{'yes' if row['finite'] else '**NO**'} |")
     return "\n".join(lines)
 
 
@@ -267,7 +280,9 @@ def main() -> None:
                          f"{torch.version.cuda}); run it on a GPU machine, or pass --device cpu for the CPU table.")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    from spladekit.devices import resolve_device
+
+    device = resolve_device(args.device)  # cuda → cuda:0: the memory APIs need an index
     configs = args.configs.split(",")
     unknown = set(configs) - set(CONFIGS)
     if unknown:

@@ -21,6 +21,17 @@ def test_auto_is_the_gpu_when_cuda_is_available_else_the_cpu():
     assert resolve_device("cpu") == torch.device("cpu")
 
 
+def test_a_plain_cuda_gets_the_index_of_its_process(monkeypatch):
+    # torch.cuda.set_device("cuda") raises (seen on an H200 with torch 2.11): training's setup needs an index
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("cuda") == torch.device("cuda:0")
+    assert resolve_device("cuda", local_rank=1) == torch.device("cuda:1")
+    assert resolve_device("cuda:1", local_rank=0) == torch.device("cuda:1")
+    with pytest.raises(SpladekitError, match="2 CUDA device"):
+        resolve_device("cuda", local_rank=2)
+
+
 def test_unknown_or_missing_devices_are_errors_naming_them():
     with pytest.raises(SpladekitError, match="unknown device 'banana'"):
         resolve_device("banana")

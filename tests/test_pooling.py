@@ -510,3 +510,25 @@ def test_unsupported_screen_dtype_is_refused():
     hidden, weight, bias, mask = random_inputs(dtype=torch.float32)
     with pytest.raises(ValueError, match="search_dtype"):
         splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.float16)
+
+
+@pytest.mark.parametrize("search_dtype", [None, torch.bfloat16])
+def test_under_bf16_autocast_the_head_runs_in_bf16_and_stays_finite(search_dtype):
+    # Autocast used to round the padding column (float32's lowest value) to -inf, and 0 · -inf made every
+    # logit NaN: encoding under bf16 autocast on an H200 failed with "NaN/inf weights".
+    hidden, weight, bias, mask = random_inputs(batch=4, length=7, width=16, vocab=300, dtype=torch.float32)
+    hidden.requires_grad_()
+    weight.requires_grad_()
+    expected = splade_max_pool(hidden, weight, bias, mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert pooling_module.compute_dtype(hidden) == torch.bfloat16
+        got = splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=search_dtype)
+    assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+    assert (expected > 0).sum() > 100
+    torch.testing.assert_close(got.float(), expected, rtol=0.02, atol=0.05)  # bf16 logits: 8 mantissa bits
+    # bf16 rounding may move a max to another near-tied token, so the gradient is not fp32's token by
+    # token; it must be finite, in the weights' dtype, and reach real tokens only
+    (got_grad,) = torch.autograd.grad(got.float().sum(), [hidden])
+    assert got_grad.dtype == torch.float32 and torch.isfinite(got_grad).all()
+    assert got_grad[mask == 1].abs().sum() > 0 and not got_grad[mask == 0].any()
+    assert pooling_module.compute_dtype(hidden) == torch.float32  # autocast off again

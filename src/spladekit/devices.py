@@ -20,7 +20,8 @@ AUTO = "auto"
 
 def resolve_device(name: str | None = AUTO, local_rank: int = 0) -> torch.device:
     """``name`` as a ``torch.device``; ``None`` or ``"auto"``: ``cuda:local_rank`` when CUDA is available,
-    else ``cpu``. A device torch does not know, or a CUDA device this machine lacks, is a SpladekitError."""
+    else ``cpu``; a plain ``cuda`` is ``cuda:local_rank`` too. A device torch does not know, or a CUDA device
+    this machine lacks, is a SpladekitError."""
     if name is None or name == AUTO:
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     try:
@@ -31,7 +32,9 @@ def resolve_device(name: str | None = AUTO, local_rank: int = 0) -> torch.device
         if not torch.cuda.is_available():
             raise SpladekitError(f"device {name!r}: CUDA is not available on this machine (torch "
                                  f"{torch.__version__}, built with CUDA {torch.version.cuda}); use --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
+        if device.index is None:  # torch.cuda.set_device and the memory APIs refuse a device without one
+            device = torch.device("cuda", local_rank)
+        if device.index >= torch.cuda.device_count():
             raise SpladekitError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 

@@ -206,7 +206,29 @@ def _block_max(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 def _max_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
                 chunk_size: int, search_dtype: torch.dtype | None,
                 with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per (text, term) max logit (and winner) in ``hidden.dtype``, optionally screened in ``search_dtype``."""
+    """Per (text, term) max logit (and winner) in the compute dtype (:func:`compute_dtype`), optionally
+    screened in ``search_dtype``."""
+    dtype = compute_dtype(hidden)
+    # autocast off inside: it would round the padding column's lowest finite value of ``dtype`` to -inf in
+    # its own dtype, and 0 · -inf makes every real token's logit NaN
+    with torch.autocast(hidden.device.type, enabled=False):
+        if dtype != hidden.dtype:
+            return _block_max(hidden, weight, bias, attention_mask, chunk_size, dtype, with_index)
+        return _screened_max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index)
+
+
+def compute_dtype(hidden: torch.Tensor) -> torch.dtype:
+    """The dtype of the head's matmul: the autocast dtype where autocast is on for ``hidden``'s device (as
+    the logits' ``Linear`` would run), else ``hidden.dtype``."""
+    device_type = hidden.device.type
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return hidden.dtype
+
+
+def _screened_max_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         attention_mask: torch.Tensor, chunk_size: int, search_dtype: torch.dtype | None,
+                         with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     full_precision = (search_dtype is None or search_dtype == hidden.dtype
                       or not screen_is_sound(hidden.device, search_dtype, hidden.shape[2] + 2))
     if full_precision:
