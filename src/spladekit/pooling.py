@@ -137,26 +137,30 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         active = max_logits > 0
         grad_logits = torch.where(active, grad_output / (1 + max_logits.clamp(min=0)), 0).to(hidden.dtype)
         text, term = torch.nonzero(active & (grad_logits != 0), as_tuple=True)
-        grad = grad_logits[text, term].unsqueeze(1)
+        grad = grad_logits[text, term]
         rows = text * length + winners[text, term]
-        flat = hidden.reshape(batch * length, width)
+        flat = hidden.detach().reshape(batch * length, width)
         grad_hidden = grad_weight = grad_bias = None
-        scatter = _WinnerScatter(flat, attention_mask) if need_hidden else None
+        # The gradient of the logits is one value per active pair at (winning token row, term): a sparse
+        # B·L × V matrix G, so dH = G·W and dW = Gᵀ·H are two sparse-dense products (no pairs × H
+        # temporaries: at initialisation nearly all B × V pairs are active).
+        # Sums run in float32 at least: a bf16 accumulator over many texts' pairs loses the gradient's digits.
+        wide = torch.promote_types(hidden.dtype, torch.float32)
+        grad = grad.to(wide)
+        if need_hidden:
+            by_row = _sparse(rows, term, grad, (batch * length, weight.shape[0]))
+            raw = torch.sparse.mm(by_row, weight.detach().to(wide))
+            grad_hidden = _share_among_identical_rows(raw, flat, attention_mask).to(hidden.dtype).view(batch, length, width)
         if need_weight:
-            grad_weight = torch.zeros_like(weight)
-        # Active pairs a slice at a time: each slice's per-pair rows (pairs × H) stay within the forward's
-        # block budget. At initialisation nearly every term is active, and all B × V pairs at once held
-        # several B·V·H tensors — more than the B·L·V logits the fused head avoids when H > L.
-        step = max(1, BLOCK_BYTES_PER_WIDTH // hidden.element_size())
-        for start in range(0, term.shape[0], step):
-            part = slice(start, start + step)
-            if scatter is not None:
-                scatter.add(rows[part], grad[part] * weight[term[part]].to(hidden.dtype))
-            if grad_weight is not None:
-                sources = _winner_rows_or_mean(flat, attention_mask, weight, text[part], term[part], rows[part])
-                grad_weight.index_add_(0, term[part], (grad[part] * sources).to(weight.dtype))
-        if scatter is not None:
-            grad_hidden = scatter.result().view(batch, length, width)
+            zero_terms = ~weight.detach().any(dim=1)
+            tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see _mean_rows)
+            keep = ~tied_everywhere
+            by_term = _sparse(term[keep], rows[keep], grad[keep], (weight.shape[0], batch * length))
+            grad_weight = torch.sparse.mm(by_term, flat.to(wide)).to(weight.dtype)
+            if tied_everywhere.any():
+                means = _mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
+                grad_weight.index_add_(0, term[tied_everywhere],
+                                       (grad[tied_everywhere].unsqueeze(1) * means).to(weight.dtype))
         if need_bias and ctx.has_bias:
             grad_bias = grad_logits.sum(0)
         return grad_hidden, grad_weight, grad_bias, None, None, None
@@ -366,25 +370,25 @@ def _recompute_candidates(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     return max_logits, winners
 
 
-def _winner_rows_or_mean(flat: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor, text: torch.Tensor,
-                         term: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """Per active pair, the h that dW_v accumulates: the winner's row, or for an all-zero W_v (e.g. the
-    zero padding row of BERT-style tied embeddings) the mean over the text's real tokens, which all
-    tie at logit b_v and share the gradient evenly as in autograd's ``amax``."""
-    sources = flat[rows]
-    zero_terms = ~weight.detach().any(dim=1)
-    tied_everywhere = zero_terms[term]
-    if tied_everywhere.any():
-        keep = attention_mask.reshape(*attention_mask.shape, 1).to(flat.dtype)
-        real = flat.view(*attention_mask.shape, -1) * keep
-        mean = real.sum(1) / keep.sum(1).clamp(min=1)
-        sources = torch.where(tied_everywhere.unsqueeze(1), mean[text], sources)
-    return sources
+def _sparse(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
+    """A COO matrix of distinct (row, column) entries, sorted (COO: its product runs on CPU and CUDA, in
+    float32 and bf16; CSR's CPU product has no bf16)."""
+    matrix = torch.sparse_coo_tensor(torch.stack([rows, columns]), values, shape, check_invariants=False)
+    return matrix.coalesce()
 
 
-class _WinnerScatter:
-    """Sums per-pair gradients into their winning rows, shared evenly among identical token rows; pairs may
-    come in several slices (the sums are linear).
+def _mean_rows(flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Per text, the mean of its real tokens' rows: what dW_v accumulates for an all-zero W_v (e.g. the
+    zero padding row of BERT-style tied embeddings), whose logit b_v every real token ties at, sharing
+    the gradient evenly as autograd's ``amax`` does."""
+    keep = attention_mask.reshape(*attention_mask.shape, 1).to(flat.dtype)
+    real = flat.view(*attention_mask.shape, -1) * keep
+    return real.sum(1) / keep.sum(1).clamp(min=1)
+
+
+def _share_among_identical_rows(grad: torch.Tensor, flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``grad`` (B·L × H, each pair's gradient at its winning row) shared evenly among bitwise identical
+    token rows of one text.
 
     Autograd's ``amax`` splits a max's gradient evenly between tied maxima. Tokens with bitwise
     identical hidden rows in one text tie on every term, so each receives its group's share; this
@@ -392,29 +396,16 @@ class _WinnerScatter:
     A group is keyed by (text, row id) in int64: a text index stored in a bf16 row would merge texts
     past 256 (and fp16 past 2,048).
     """
-
-    def __init__(self, flat: torch.Tensor, attention_mask: torch.Tensor):
-        total, width = flat.shape
-        length = attention_mask.shape[1]
-        self.grad = torch.zeros(total, width, dtype=flat.dtype, device=flat.device)
-        self.real = torch.nonzero(attention_mask.reshape(total).bool(), as_tuple=True)[0]
-        _, row_id = torch.unique(flat[self.real].detach() + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
-        key = (self.real // length) * self.real.shape[0] + row_id
-        groups, self.group_of, self.group_size = torch.unique(key, return_inverse=True, return_counts=True)
-        self.shares: torch.Tensor | None = None
-        if groups.shape[0] < self.real.shape[0]:  # repeated rows: gradients go to groups, then to their rows
-            self.group_of_row = torch.full((total,), -1, dtype=torch.long, device=flat.device)
-            self.group_of_row[self.real] = self.group_of
-            self.shares = torch.zeros(groups.shape[0], width, dtype=flat.dtype, device=flat.device)
-
-    def add(self, rows: torch.Tensor, contributions: torch.Tensor) -> None:
-        if self.shares is None:  # no repeated rows: every gradient goes to its winner
-            self.grad.index_add_(0, rows, contributions)
-            return
-        pair_group = self.group_of_row[rows]
-        self.shares.index_add_(0, pair_group, contributions / self.group_size[pair_group].unsqueeze(1).to(contributions.dtype))
-
-    def result(self) -> torch.Tensor:
-        if self.shares is not None:
-            self.grad[self.real] = self.shares[self.group_of]
-        return self.grad
+    total, width = flat.shape
+    length = attention_mask.shape[1]
+    real = torch.nonzero(attention_mask.reshape(total).bool(), as_tuple=True)[0]
+    _, row_id = torch.unique(flat[real] + 0.0, dim=0, return_inverse=True)  # +0.0: -0 == 0
+    key = (real // length) * real.shape[0] + row_id
+    groups, group_of, group_size = torch.unique(key, return_inverse=True, return_counts=True)
+    if groups.shape[0] == real.shape[0]:  # no repeated rows: every gradient stays at its winner
+        return grad
+    shares = torch.zeros(groups.shape[0], width, dtype=grad.dtype, device=grad.device)
+    shares.index_add_(0, group_of, grad[real])
+    shared = torch.zeros_like(grad)
+    shared[real] = shares[group_of] / group_size[group_of].unsqueeze(1).to(grad.dtype)
+    return shared
