@@ -62,12 +62,12 @@ def main() -> None:
     from spladekit.evaluate import evaluate
     from spladekit.experiments.stats import paired_test
 
-    try:
+    try:  # every bad argument is one line naming it, before any encoding
         device = resolve_device(args.device)
+        encoder = SparseEncoder.from_pretrained(args.model, device=str(device))
+        collection = load_collection(args.data, split=args.split)
     except SpladekitError as error:
         raise SystemExit(f"autocast_parity.py: {error}") from None
-    encoder = SparseEncoder.from_pretrained(args.model, device=str(device))
-    collection = load_collection(args.data, split=args.split)
     results = {}
     for name, bf16 in (("fp32", False), ("bf16-autocast", True)):
         started = time.perf_counter()

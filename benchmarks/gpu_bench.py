@@ -155,25 +155,33 @@ def measure_encoding(splade: Splade, args, device: torch.device, vocab: int) -> 
             "finite": bool(torch.stack(finite).all())}
 
 
+def training_step(splade: Splade, optimizer: torch.optim.Optimizer, queries: dict, documents: dict) -> torch.Tensor:
+    """One step: InfoNCE over in-batch and hard negatives + FLOPS λ, AdamW. Returns the (detached) loss."""
+    q, d = splade.vectors(queries), splade.vectors(documents)
+    ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(q.shape[0], device=q.device))
+    loss = ranking + LAMBDA * ((q.abs().mean(0) ** 2).sum() + (d.abs().mean(0) ** 2).sum())
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def adamw(splade: Splade) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in splade.parameters() if p.requires_grad], lr=2e-5)
+
+
 def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> dict:
     generator = torch.Generator().manual_seed(2)
     steps = [(random_batch(args.batch, QUERY_LENGTH, vocab, device, generator),
               random_batch(2 * args.batch, args.length, vocab, device, generator)) for _ in range(args.steps + 1)]
     splade.train()
-    optimizer = torch.optim.AdamW([p for p in splade.parameters() if p.requires_grad], lr=2e-5)
+    optimizer = adamw(splade)
     reset_peak(device)
+    finite: list[torch.Tensor] = []
 
     def run(index: int) -> None:
-        queries, documents = steps[index]
-        q, d = splade.vectors(queries), splade.vectors(documents)
-        ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(args.batch, device=device))
-        loss = ranking + LAMBDA * ((q.abs().mean(0) ** 2).sum() + (d.abs().mean(0) ** 2).sum())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        finite.append(torch.isfinite(loss.detach()))
+        finite.append(torch.isfinite(training_step(splade, optimizer, *steps[index])))
 
-    finite: list[torch.Tensor] = []
     seconds = timed_runs(run, args.steps, device)
     tokens = args.batch * QUERY_LENGTH + 2 * args.batch * args.length
     return {"steps_per_s": args.steps / seconds, "tokens_per_s": tokens * args.steps / seconds,
@@ -187,17 +195,11 @@ def training_fits(model, config: str, shape: str, batch: int, args, device: torc
     try:
         splade = Splade(config, copy.deepcopy(model).to(device), shape)
         splade.train()
-        optimizer = torch.optim.AdamW([p for p in splade.parameters() if p.requires_grad], lr=2e-5)
+        optimizer = adamw(splade)
         reset_peak(device)
-        for _ in range(2):
-            queries = random_batch(batch, QUERY_LENGTH, vocab, device, generator)
-            documents = random_batch(2 * batch, args.length, vocab, device, generator)
-            q, d = splade.vectors(queries), splade.vectors(documents)
-            loss = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(batch, device=device))
-            (loss + LAMBDA * ((q.abs().mean(0) ** 2).sum() + (d.abs().mean(0) ** 2).sum())).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            del q, d, loss
+        for _ in range(2):  # the second step holds AdamW's state
+            training_step(splade, optimizer, random_batch(batch, QUERY_LENGTH, vocab, device, generator),
+                          random_batch(2 * batch, args.length, vocab, device, generator))
         synchronize(device)
         return peak_mb(device)
     except torch.OutOfMemoryError:

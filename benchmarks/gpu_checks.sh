@@ -26,7 +26,7 @@ step() {  # step NAME SECONDS COMMAND...
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-$PYTHON -c "import torch, transformers, sentence_transformers as st; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0), '| transformers', transformers.__version__, '| sentence-transformers', st.__version__)"
+$PYTHON -c "import torch, transformers, sentence_transformers as st; print('torch', torch.__version__, 'cuda', torch.version.cuda, (torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device'), '| transformers', transformers.__version__, '| sentence-transformers', st.__version__)"
 step tests 120 $PYTHON -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_devices.py \
   tests/test_pooling.py -k "cuda or device or autocast"
 step bench-256 150 $PYTHON benchmarks/gpu_bench.py --length 256 --output "$RESULTS/bench-256.json"

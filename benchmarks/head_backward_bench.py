@@ -23,10 +23,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    try:
+        cases = [tuple(int(part) for part in case.split("x")) for case in args.cases.split(",")]
+    except ValueError:
+        parser.error(f"--cases {args.cases!r}: expected BATCHxHIDDEN[,BATCHxHIDDEN...], e.g. 8x128,4x768")
+    if any(len(case) != 2 or min(case) < 1 for case in cases) or min(args.length, args.vocab, args.repeats) < 1:
+        parser.error("--cases need two positive numbers each; --length, --vocab and --repeats must be >= 1")
     torch.set_num_threads(args.threads)
     print(f"| case | active terms | backward s (best of {args.repeats}) |\n|---|---:|---:|")
-    for case in args.cases.split(","):
-        batch, width = (int(part) for part in case.split("x"))
+    for batch, width in cases:
         generator = torch.Generator().manual_seed(0)
         hidden = torch.nn.functional.layer_norm(torch.randn(batch, args.length, width, generator=generator), (width,))
         weight = torch.randn(args.vocab, width, generator=generator) / 4

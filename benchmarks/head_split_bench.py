@@ -44,7 +44,7 @@ def main() -> None:
     hidden = torch.nn.functional.layer_norm(torch.randn(args.texts, args.length, args.hidden, generator=generator),
                                             (args.hidden,)).to(device).requires_grad_()
     projection = torch.nn.Linear(args.hidden, args.vocab).to(device)
-    torch.nn.init.normal_(projection.weight, std=0.25 / args.hidden**0.5 * 4)
+    torch.nn.init.normal_(projection.weight, std=args.hidden**-0.5)  # logits ~ N(0, 1): every term active
     mask = torch.ones(args.texts, args.length, dtype=torch.long, device=device)
     pooling = SpladePooling(pooling_strategy="max")
     heads = {
