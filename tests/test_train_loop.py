@@ -383,6 +383,11 @@ def test_step0_warnings_name_inflated_scores_and_shrunken_word_embeddings():
     assert [w.split(" ")[:3] for w in step0_warnings(report)] == [["initial", "median", "pair"]]
     report = HeadReport(**{**HEALTHY_REPORT, "word_position_ratio": 0.1})
     assert step0_warnings(report)[0].startswith("input word embeddings are 0.10× the position embeddings")
+    assert "no rescale mode raises them" in step0_warnings(report)[0]  # not caused by rescaling: untie cannot help
+    untied = HeadReport(**{**HEALTHY_REPORT, "word_position_ratio": 0.2, "rescale": {"k": 8.0, "mode": "untie"}})
+    assert "no rescale mode raises them" in step0_warnings(untied)[0]
+    tied_before = HeadReport(**{**HEALTHY_REPORT, "word_position_ratio": 0.2, "rescale": {"k": 8.0, "mode": "tied"}})
+    assert "already tied-rescaled by k = 8" in step0_warnings(tied_before)[0]
     assert step0_warnings(HeadReport(**HEALTHY_REPORT)) == []
 
 

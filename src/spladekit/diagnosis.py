@@ -214,7 +214,10 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
     * input word embeddings smaller than the position embeddings (``word_position_ratio`` < 1, what tied
       rescaling by a large k does to BERT-style models): on splade-tiny, k = 16 tied (ratio 0.10) then
       trains into a uniform collapse (docs/results/mini-repro.md), which untie mode avoids. ``embeddings_warned``:
-      :func:`spladekit.head.rescale` has just said so, as it does when its own tied rescaling causes it."""
+      :func:`spladekit.head.rescale` has just said so, as it does when its own tied rescaling causes it.
+      Otherwise the ratio came with the model, and no rescale mode raises it (untie leaves the input
+      embeddings as they are, tied divides them too): the message says where it came from instead of
+      advising untie (docs/results/head-only-inflation.md, P7)."""
     warnings = []
     score = report.median_pair_score
     if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:
@@ -224,5 +227,14 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
     ratio = report.word_position_ratio
     if ratio is not None and ratio < 1 and not embeddings_warned:
         warnings.append(f"input word embeddings are {ratio:.2f}× the position embeddings (median row norms): positions "
-                        "outweigh words, the road to a uniform collapse; rescale.mode=untie leaves the input embeddings whole")
+                        f"outweigh words, the road to a uniform collapse; {low_ratio_origin(report.rescale)}")
     return warnings
+
+
+def low_ratio_origin(applied: dict | None) -> str:
+    """Where word embeddings below the positions came from, when this run's own rescaling did not cause it."""
+    if applied and applied.get("mode") == "tied" and float(applied.get("k", 1)) > 1:
+        return (f"this model was already tied-rescaled by k = {float(applied['k']):g} (spladekit_rescale in its "
+                "config.json), which divided them: start from the backbone before that, with rescale.mode=untie")
+    return ("they came with the model, and no rescale mode raises them (untie leaves the input embeddings as "
+            "they are, tied divides them too)")
