@@ -205,3 +205,15 @@ def test_position_inflation_divides_the_word_position_ratio(tmp_path):
     assert word_position_ratio(encoder.model) == pytest.approx(ratio / 4, rel=1e-5)
     with pytest.raises(SpladekitError, match="inflate target must be one of"):
         inflate(encoder.model, 2, "sideways")
+
+
+def test_tied_rescaling_warns_that_words_already_below_positions_stay_there(tmp_path, caplog):
+    from spladekit import SparseEncoder
+    from spladekit.head import inflate
+
+    encoder = SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "m"))
+    inflate(encoder.model, 4 * max(word_position_ratio(encoder.model), 1.0), "positions")
+    assert word_position_ratio(encoder.model) < 1
+    with caplog.at_level("WARNING", logger="spladekit"):
+        rescale(encoder.model, 8, mode="tied")
+    assert "positions will dominate" in caplog.text and "below the positions already" in caplog.text
