@@ -74,8 +74,8 @@ def rescale(model: PreTrainedModel, k: float, mode: str = "tied", rescale_bias: 
         assert ratio is not None  # recommend_mode says untie only when there is a ratio
         # below 1 already (the backbone's own positions outweigh its words): untie keeps it from falling
         # further but cannot raise it (docs/results/head-only-inflation.md, P7)
-        already = (" — they are below the positions already, which no mode changes: the model may collapse "
-                   "either way" if ratio < 1 else "")
+        already = (" — but the words are below the positions already, which no mode changes: the model may "
+                   "collapse either way" if ratio < 1 else "")
         log.warning("tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
                     "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
                     "rescales the head only%s", k, ratio, ratio / k, already)
