@@ -1,7 +1,7 @@
 """nDCG@10 parity of bf16 autocast against fp32 encoding (issue 16, item 2).
 
 Evaluates one model on one collection twice, the same code path both times: fp32, then with the backbone
-and head under ``torch.autocast(dtype=bfloat16)`` (``spladekit.devices.autocast``, what training's
+and head under ``torch.autocast(dtype=bfloat16)`` (``spladekit.common.devices.autocast``, what training's
 ``optimization.bf16`` uses). Reports nDCG@10 (and the collection's other measures) for both, a paired
 randomization test over queries (``spladekit.experiments.stats.paired_test``), the encode time, and how far
 the bf16 vectors of the first ``--sample`` documents are from fp32 (max abs difference, non-zero sets).
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 def vector_agreement(encoder, texts: list[str], max_length: int, device: torch.device) -> dict:
     """How the bf16-autocast vectors of ``texts`` differ from fp32 ones."""
-    from spladekit.devices import autocast
+    from spladekit.common.devices import autocast
 
     fp32 = encoder.encode(texts, max_length=max_length, show_progress=False).toarray()
     with autocast(device, True):
@@ -56,10 +56,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     from spladekit import SparseEncoder
+    from spladekit.common.devices import autocast, resolve_device
+    from spladekit.common.errors import SpladekitError
     from spladekit.data.collections import load_collection
-    from spladekit.devices import autocast, resolve_device
-    from spladekit.errors import SpladekitError
-    from spladekit.evaluate import evaluate
+    from spladekit.evaluation.evaluate import evaluate
     from spladekit.experiments.stats import paired_test
 
     try:  # every bad argument is one line naming it, before any encoding

@@ -1,7 +1,7 @@
 """Backends side by side on one real collection, in one run: effectiveness, build and search time.
 
-The corpus is encoded once (``spladekit.evaluate``'s cache under ``$SPLADEKIT_CACHE``: the first backend
-encodes it, the others read it back), then every backend is evaluated through ``spladekit.evaluate`` with
+The corpus is encoded once (``spladekit.evaluation.evaluate``'s cache under ``$SPLADEKIT_CACHE``: the first backend
+encodes it, the others read it back), then every backend is evaluated through ``spladekit.evaluation.evaluate`` with
 the same vectors: index build seconds, search ms per query (all queries, ``search_batches``), nDCG@10,
 RR@10 and recall@k, and how many queries' top-10 equal the first backend's (the reference: ``exact``).
 
@@ -19,10 +19,10 @@ import json
 import os
 from pathlib import Path
 
-from spladekit.encoder import SparseEncoder
-from spladekit.evaluate import evaluate_data
+from spladekit.evaluation.evaluate import evaluate_data
+from spladekit.evaluation.run import Run
 from spladekit.index import backend_class
-from spladekit.run import Run
+from spladekit.model.encoder import SparseEncoder
 
 
 def top10_agreement(reference: Run, other: Run) -> int:

@@ -36,7 +36,7 @@ print(json.dumps(payload | {{"seconds": time.perf_counter() - started,
 
 
 def generate(docs: int, nnz: int, folder: str) -> None:
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     matrix = synthetic_vectors(docs, nnz)
     Vectors(matrix, [f"doc{row}" for row in range(docs)], {}).save(folder)

@@ -4,7 +4,7 @@ Each encode runs as its own process (``python -m spladekit encode``); its peak R
 that ``os.wait4`` returns for that child (torch's CPU allocations included). The model is the tests' tiny
 random-init BERT (``tests/tiny_models.py``: hidden 32, vocabulary of 158 word pieces), so the run takes
 minutes on a CPU; the documents are 20–60 random words of its vocabulary (seeded). Shard sizes: the
-command's default (``spladekit.shards.DEFAULT_SHARD_SIZE``, 10,000) and a size at least the largest corpus
+command's default (``spladekit.vectors.shards.DEFAULT_SHARD_SIZE``, 10,000) and a size at least the largest corpus
 (``--whole``, default 100,000: one shard holds the whole corpus, as before sharding).
 
     python benchmarks/encode_memory.py                  # prints one JSON line per run and the ratios
@@ -56,7 +56,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[5_000, 50_000])
     parser.add_argument("--whole", type=int, default=100_000, help="a shard size holding the whole corpus")
     arguments = parser.parse_args()
-    from spladekit.shards import DEFAULT_SHARD_SIZE
+    from spladekit.vectors.shards import DEFAULT_SHARD_SIZE
     from tiny_models import build_tiny_model
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -189,7 +189,7 @@ def gemm_gflops(dtype, size=2048, repeats=5) -> float:
 
 def measure_head(args, docs):
     """Pooling alone on one batch of real projection inputs: chunk-size sweep and GFLOP/s vs GEMM peak."""
-    from spladekit.pooling import splade_max_pool, splade_max_pool_fused
+    from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
 
     model = load_ours(args.model, "fused", args.max_length)
     batch = model.tokenize(docs[: args.batch_size])
@@ -264,8 +264,7 @@ def measure_memory(args) -> dict:
 def measure_screen(args, docs):
     """One batch of real projection inputs: the bf16 screen's three stages against the fp32 block pass, and
     how many terms per text the error bound keeps next to the true non-zero count."""
-    from spladekit import pooling
-
+    from spladekit.model import pooling
     model = load_ours(args.model, "fused", args.max_length)
     batch = model.tokenize(docs[: args.batch_size])
     mask = batch["attention_mask"]

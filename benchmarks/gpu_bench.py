@@ -10,7 +10,7 @@ weights:
   sentence-transformers ``SparseEncoder`` runs (its forward, called directly);
 * ``fused``: ``spladekit.SparseEncoder(pooling="fused")`` (fp32, exact);
 * ``fused-bf16``: ``pooling="fused-bf16"`` (bf16 screen bounded by rounding-error analysis, fp32 recompute);
-* ``fused+autocast``: ``pooling="fused"`` under ``spladekit.devices.autocast`` (bf16 backbone and head);
+* ``fused+autocast``: ``pooling="fused"`` under ``spladekit.common.devices.autocast`` (bf16 backbone and head);
 * ``sentence-transformers+autocast``: the sentence-transformers modules under the same autocast (its
   logits in bf16), the fair reference for ``fused+autocast``;
 * ``backbone``: the model up to the vocabulary projection only (``SparseEncoder.head_inputs``), to read
@@ -80,8 +80,8 @@ class Splade(torch.nn.Module):
         super().__init__()
         from sentence_transformers.sparse_encoder.modules import SpladePooling
 
-        from spladekit.backbone import Backbone
-        from spladekit.encoder import SparseEncoder
+        from spladekit.model.backbone import Backbone
+        from spladekit.model.encoder import SparseEncoder
 
         self.config = config
         self.model = model
@@ -91,7 +91,7 @@ class Splade(torch.nn.Module):
                                      pooling=pooling)
 
     def vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        from spladekit.devices import autocast
+        from spladekit.common.devices import autocast
 
         if self.config.startswith("sentence-transformers"):
             with autocast(batch["input_ids"].device, self.config.endswith("+autocast")):
@@ -282,7 +282,7 @@ def main() -> None:
                          f"{torch.version.cuda}); run it on a GPU machine, or pass --device cpu for the CPU table.")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from spladekit.devices import resolve_device
+    from spladekit.common.devices import resolve_device
 
     device = resolve_device(args.device)  # cuda → cuda:0: the memory APIs need an index
     configs = args.configs.split(",")

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from spladekit.pooling import splade_max_pool_fused
+from spladekit.model.pooling import splade_max_pool_fused
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ Every (hidden width, batch) pair of the two lists is one case; all cases and chu
 process, interleaved, ``--repeats`` times, and the best time of each is reported (the least disturbed
 one on a shared machine), under ``torch.inference_mode``. GFLOP/s counts the 2·B·L·H·V projection;
 "block MB" is the logits block one chunk writes (chunk × B·L × 4 bytes), "× default" the time of the
-chunk that ``spladekit.pooling.default_chunk_size`` picks for the case divided by this chunk's.
+chunk that ``spladekit.model.pooling.default_chunk_size`` picks for the case divided by this chunk's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from spladekit.pooling import default_chunk_size, splade_max_pool, splade_max_pool_fused
+from spladekit.model.pooling import default_chunk_size, splade_max_pool, splade_max_pool_fused
 
 
 def numbers(text: str) -> list[int]:

@@ -36,8 +36,8 @@ def main() -> None:
     args = parser.parse_args()
     from sentence_transformers.sparse_encoder.modules import SpladePooling
 
-    from spladekit.devices import autocast, resolve_device
-    from spladekit.pooling import splade_max_pool_fused
+    from spladekit.common.devices import autocast, resolve_device
+    from spladekit.model.pooling import splade_max_pool_fused
 
     device = resolve_device(args.device)
     generator = torch.Generator().manual_seed(0)

@@ -32,10 +32,10 @@ import torch
 
 from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus
-from spladekit.evaluate import evaluate
+from spladekit.evaluation.evaluate import evaluate
 from spladekit.export import export_sentence_transformers
 from spladekit.index import build_index
-from spladekit.model_loading import RetrievalModel, load_model
+from spladekit.model.loading import RetrievalModel, load_model
 from spladekit.train import load_config, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """max_active_dims sweep: effectiveness vs index size and FLOPS when vectors keep only their k largest weights.
 
-The corpus is encoded ONCE (``spladekit.evaluate.encode_corpus``, through the evaluation cache, so a rerun
+The corpus is encoded ONCE (``spladekit.evaluation.evaluate.encode_corpus``, through the evaluation cache, so a rerun
 reads it back) and the queries once; every row then prunes those vectors with
 ``vectors_ops.keep_top_weights`` (the function behind ``--max-active-dims`` everywhere), builds an exact
 index, searches, and scores the run with ``ir_measures``. Two regimes per k:
@@ -8,7 +8,7 @@ index, searches, and scores the run with ``ir_measures``. Two regimes per k:
 * ``documents``: only the documents are pruned (``spladekit index --max-active-dims k``), queries whole;
 * ``both``: documents and queries pruned (``spladekit evaluate --max-active-dims k``).
 
-The ``both`` row of the smallest k is checked against ``spladekit.evaluate.evaluate(..., max_active_dims=k)``
+The ``both`` row of the smallest k is checked against ``spladekit.evaluation.evaluate.evaluate(..., max_active_dims=k)``
 (same metrics, or the script fails), so the table is what the product computes.
 
 Reported per row: nDCG@10, RR@10, R@1000, FLOPS (``Σ_v p_q(v)·p_d(v)``), average active terms per
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from spladekit.atomic import atomic_file
+from spladekit.common.atomic import atomic_file
+from spladekit.common.sparse import keep_top_weights
 from spladekit.data import Collection, load_collection, reconcile
-from spladekit.encoder import SparseEncoder
-from spladekit.evaluate import active_per_row, compute_metrics, encode_corpus, evaluate, retrieval_flops
+from spladekit.evaluation.evaluate import active_per_row, compute_metrics, encode_corpus, evaluate, retrieval_flops
+from spladekit.evaluation.run import Run
 from spladekit.index import build_index
-from spladekit.run import Run
-from spladekit.vectors_ops import keep_top_weights
+from spladekit.model.encoder import SparseEncoder
 
 REGIMES = ("documents", "both")
 

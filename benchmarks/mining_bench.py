@@ -3,7 +3,7 @@
 Corpus: SciFact abstracts cut into passages of ``--words`` words (MS MARCO passages average ~56 words),
 repeated until there are N passages, for each N of ``--sizes``; queries: the SciFact train queries, repeated
 to ``--queries``. Each size runs in a fresh subprocess (peak RSS = ``ru_maxrss`` of that process) and times
-``spladekit.mining.bm25_ranker`` (tokenize + index) and the ranking of the queries (depth ``--depth``), in
+``spladekit.evaluation.bm25.bm25_ranker`` (tokenize + index) and the ranking of the queries (depth ``--depth``), in
 query batches of ``mining.QUERY_BATCH`` as ``mine`` does. Per-query ranking cost grows with the corpus
 (bm25s scores every document of the postings it touches and selects the top k over all documents), so
 the estimate fits ``seconds per query = a + b · N`` and ``index seconds = c · N`` on the measured sizes and
@@ -39,7 +39,8 @@ def passages(count: int, words: int) -> list[str]:
 
 
 def measure(size: int, queries: int, words: int, depth: int) -> dict:
-    from spladekit.mining import QUERY_BATCH, bm25_ranker, load_training_collection, training_queries
+    from spladekit.evaluation.bm25 import bm25_ranker
+    from spladekit.train.mining import QUERY_BATCH, load_training_collection, training_queries
 
     collection = load_training_collection(SCIFACT, "train")
     texts = [query.text for query in training_queries(collection, "train", False)[0]]

@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from search_bench import recall_at_k, timed, zipf_rows
+from spladekit.common.sparse import best_first, quantize
 from spladekit.index import ExactSearcher, PisaSearcher
 from spladekit.index.pisa import ALGORITHMS
-from spladekit.vectors import Vectors
-from spladekit.vectors_ops import best_first, quantize
+from spladekit.vectors.artifact import Vectors
 
 
 def quantized_top_k(documents, queries, scale: float, k: int) -> list[list[int]]:

@@ -33,9 +33,9 @@ def run_stage(stage: str, steps: int) -> dict:
     import torch
 
     from spladekit.data.training import load_training_set
-    from spladekit.diagnosis import diagnose
-    from spladekit.encoder import SparseEncoder
-    from spladekit.quickstart import training_overrides
+    from spladekit.experiments.quickstart import training_overrides
+    from spladekit.model.diagnosis import diagnose
+    from spladekit.model.encoder import SparseEncoder
     from spladekit.train import load_config
     from spladekit.train.loop import encode_examples, initial_encoder, objective
 

@@ -1,7 +1,7 @@
 """Where one quickstart's time goes, per stage: wall seconds and CPU seconds (user + sys of the whole process,
 ``resource.getrusage``), and the peak resident set so far, printed when each stage is announced and at the end.
 
-Runs ``spladekit.quickstart.quickstart`` in this process (options: the CLI's --backbone, --data, --eval-data,
+Runs ``spladekit.experiments.quickstart.quickstart`` in this process (options: the CLI's --backbone, --data, --eval-data,
 --max-length, --steps, same defaults; the output is always overwritten), so the stage boundaries are the
 quickstart's own announcements. For an uncached first run point ``SPLADEKIT_CACHE`` at an empty folder. Run
 from the repository root (the README's demo section has the numbers):
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--max-length", type=int)
     args = parser.parse_args()
 
-    from spladekit.quickstart import quickstart
+    from spladekit.experiments.quickstart import quickstart
 
     started, stages = (time.perf_counter(), cpu_seconds()), []
 

@@ -47,9 +47,9 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from spladekit.common.sparse import best_first
 from spladekit.index import BACKENDS, ExactSearcher, Searcher, SearchResult
 from spladekit.index.exact import available_cores, top_k
-from spladekit.vectors_ops import best_first
 
 GIB = 2**30
 THREAD_PARAMS = ("num_threads", "threads")

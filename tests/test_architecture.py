@@ -1,4 +1,5 @@
-"""docs/architecture.md's structural claims: no import cycles, and the CLI's help loads no torch."""
+"""docs/architecture.md's structural claims: imports go only down the layers (type-only and function-level
+imports included), every module has its place in them, and the CLI's help loads no torch."""
 
 from __future__ import annotations
 
@@ -9,73 +10,72 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spladekit"
 
+# The layers, bottom first, and inside each package its modules bottom first: a module may import only
+# modules listed before it (docs/architecture.md draws the same picture). A package's ``__init__`` sits
+# above its own modules (it re-exports them); the ``spladekit`` package itself is the top.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("common", ["errors", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"]),
+    ("data", ["trec", "jsonl", "triplets", "teacher", "samples", "collections", "stream", "suites", "training"]),
+    ("model", ["foreign", "backbone", "head", "pooling", "card", "encoder", "inference_free", "loading",
+               "diagnosis", "rescaling"]),
+    ("vectors", ["shards", "artifact", "encoding"]),
+    ("index", ["params", "store", "base", "engine", "exact", "seismic", "bmp", "pisa", "qdrant", "milvus"]),
+    ("evaluation", ["run", "result", "bm25", "evaluate", "cost", "baselines", "explain"]),
+    ("train", ["config", "losses", "regularizers", "monitors", "checkpoint", "loop", "mining"]),
+    ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
+    ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),
+    ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart"]),
+]
+
+
+def ranks() -> dict[str, tuple[int, int]]:
+    rank = {"spladekit": (len(LAYERS), 0), "spladekit.__main__": (len(LAYERS), 1)}
+    for layer, (package, modules) in enumerate(LAYERS):
+        rank[f"spladekit.{package}"] = (layer, len(modules))
+        rank |= {f"spladekit.{package}.{module}": (layer, position) for position, module in enumerate(modules)}
+    return rank
+
 
 def _module_name(path: Path) -> str:
     return ".".join(("spladekit", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
 
 
-def _runtime_imports(tree: ast.Module) -> list[ast.AST]:
-    """Every import statement, function-level ones included, except those under ``if TYPE_CHECKING:``."""
-    typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(block.test) for node in ast.walk(block)}
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-            and id(node) not in typing_only]
-
-
 def import_graph() -> dict[str, set[str]]:
+    """module → the spladekit modules it imports anywhere in its file (under ``if TYPE_CHECKING:`` too)."""
     files = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     for name, path in files.items():
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
                 targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
             else:
-                targets = [alias.name for alias in getattr(node, "names", [])]
-            # a package importing its own submodules (re-exports) is not a cycle
+                continue
+            # a package importing its own submodules (re-exports) is going down, not up
             graph[name] |= {t for t in targets if t in files and t != name and not t.startswith(name + ".")}
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in graph[node]:
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in graph:
-        if node not in index:
-            visit(node)
-    return found
+def upward_imports(graph: dict[str, set[str]], rank: dict[str, tuple[int, int]]) -> list[str]:
+    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                  if rank[target] >= rank[source])
 
 
-def test_the_cycle_finder_finds_a_cycle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+def test_the_checker_flags_an_import_that_goes_up():
+    rank = {"low": (0, 0), "high": (1, 0), "peer": (1, 1)}
+    assert upward_imports({"low": {"high"}, "high": {"low"}, "peer": {"high"}}, rank) == ["low -> high"]
 
 
-def test_no_import_cycles_even_through_function_level_imports():
+def test_every_module_has_a_layer():
+    assert sorted(set(import_graph()) - set(ranks())) == []
+    assert sorted(set(ranks()) - set(import_graph())) == []  # no layer lists a module that is gone
+
+
+def test_imports_only_go_down_the_layers():
     graph = import_graph()
-    assert "spladekit.encoder" in graph["spladekit.diagnosis"]  # the graph is really built
-    assert cycles(graph) == []
+    assert "spladekit.model.encoder" in graph["spladekit.model.diagnosis"]  # the graph is really built
+    assert upward_imports(graph, ranks()) == []
 
 
 def test_cli_help_imports_neither_torch_nor_transformers():

@@ -1,4 +1,4 @@
-"""spladekit.atomic: outputs checked and locked before the work, swapped in complete, one writer each."""
+"""spladekit.common.atomic: outputs checked and locked before the work, swapped in complete, one writer each."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from spladekit.atomic import (
+from spladekit.common.atomic import (
     OutputBusy,
     atomic_directory,
     atomic_file,
@@ -19,9 +19,9 @@ from spladekit.atomic import (
     open_in_place,
     open_output,
 )
-from spladekit.errors import SpladekitError
-from spladekit.run import Run
-from spladekit.vectors import Vectors
+from spladekit.common.errors import SpladekitError
+from spladekit.evaluation.run import Run
+from spladekit.vectors.artifact import Vectors
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -152,7 +152,7 @@ def test_save_functions_write_into_an_open_output(tmp_path):
 # ------------------------------------------------------------------------------------------ one writer
 HOLDER = textwrap.dedent("""
     import sys
-    from spladekit.atomic import open_output
+    from spladekit.common.atomic import open_output
     output = open_output(sys.argv[1], folder=True)
     (output.staging / "half").write_text("half")
     print("ready", flush=True)

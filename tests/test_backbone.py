@@ -11,8 +11,8 @@ import pytest
 import torch
 import transformers as T
 
-from spladekit.backbone import is_tied, load_backbone, projection_bypassed, projection_path, vocab_projection
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.model.backbone import is_tied, load_backbone, projection_bypassed, projection_path, vocab_projection
 from tiny_models import ARCHITECTURES, PROJECTION_PATHS, VOCAB, tiny_tokenizer
 
 

@@ -16,10 +16,10 @@ import yaml
 
 from collection_files import write_beir
 from spladekit.cli import main
-from spladekit.corpus_encoding import encode_to_shards
-from spladekit.diagnosis import SAMPLE_PAIRS
-from spladekit.encoder import SparseEncoder
-from spladekit.vectors import Vectors
+from spladekit.data.samples import SAMPLE_PAIRS
+from spladekit.model.encoder import SparseEncoder
+from spladekit.vectors.artifact import Vectors
+from spladekit.vectors.encoding import encode_to_shards
 from tiny_models import build_tiny_model
 
 

@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from collection_files import write_beir
-from spladekit.baselines import evaluate_bm25, evaluate_bm25_data
 from spladekit.data.collections import load_collection
 from spladekit.data.jsonl import Corpus
 from spladekit.data.trec import Qrels
+from spladekit.evaluation.baselines import evaluate_bm25, evaluate_bm25_data
 
 
 def test_bm25_ranks_the_document_sharing_the_rare_terms_first(tmp_path):

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from spladekit import SparseEncoder
-from spladekit.backbone import is_tied
-from spladekit.head import rescale_record
-from spladekit.vectors import Vectors
+from spladekit.model.backbone import is_tied
+from spladekit.model.head import rescale_record
+from spladekit.vectors.artifact import Vectors
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def test_read_only_output_folder_fails_at_once(tiny_model_dirs, tmp_path, corpus
 
 
 def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_model_dirs, tmp_path, corpus, cli):
-    from spladekit.atomic import open_output
+    from spladekit.common.atomic import open_output
 
     target = tmp_path / "vectors"
     with open_output(target, folder=True) as first:  # the first writer, still encoding
@@ -186,7 +186,7 @@ def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_mo
 def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli):
     import numpy as np
 
-    from spladekit.vectors_ops import keep_top_weights
+    from spladekit.common.sparse import keep_top_weights
 
     model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=4).save(
         tmp_path / "model")

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from collection_files import DOCS, QRELS, QUERIES, write_beir, write_hf_parquet
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.data import SUITES, load_collection, load_suite, read_qrels, reconcile
 from spladekit.data import collections as collections_module
 from spladekit.data.collections import Collection
 from spladekit.data.jsonl import Corpus
-from spladekit.errors import InputError, SpladekitError
-from spladekit.run import Run
+from spladekit.evaluation.run import Run
 
 
 def test_beir_folder(tmp_path):

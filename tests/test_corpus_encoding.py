@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from spladekit.corpus_encoding import ShardSelection, parse_shard
-from spladekit.errors import SpladekitError
-from spladekit.shards import MANIFEST, shard_folder
-from spladekit.vectors import Vectors
+from spladekit.common.errors import SpladekitError
+from spladekit.vectors.artifact import Vectors
+from spladekit.vectors.encoding import ShardSelection, parse_shard
+from spladekit.vectors.shards import MANIFEST, shard_folder
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 DOCS = [f"text {i} " + "paris vaccine river python light " * (i % 4 + 1) for i in range(10)]
@@ -24,14 +24,14 @@ DOCS = [f"text {i} " + "paris vaccine river python light " * (i % 4 + 1) for i i
 # vectors are written): the test kills it there, mid-shard, with shard 0 complete.
 SLOW_SECOND_SHARD = """
 import sys, time
-import spladekit.shards as shards
+import spladekit.vectors.shards as shards
 real_seal = shards.seal
 def slow_seal(staging, index, *rest):
     if index == 1:
         print("SHARD1-STAGED", flush=True)
         time.sleep(600)
     return real_seal(staging, index, *rest)
-import spladekit.corpus_encoding as encoding
+import spladekit.vectors.encoding as encoding
 encoding.seal = slow_seal
 from spladekit.cli import main
 sys.argv = ["spladekit", *sys.argv[1:]]
@@ -119,9 +119,9 @@ def test_two_torchrun_ranks_equal_one_process(tiny_model_dirs, corpus, tmp_path,
 
 
 def test_a_corpus_that_changed_since_the_validating_pass_is_refused_before_the_manifest(tiny_model_dirs, tmp_path):
-    from spladekit.corpus_encoding import build_plan, write_shards
     from spladekit.data.stream import corpus_fingerprint
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model.encoder import SparseEncoder
+    from spladekit.vectors.encoding import build_plan, write_shards
 
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     documents = [(f"d{i}", text) for i, text in enumerate(DOCS[:4])]

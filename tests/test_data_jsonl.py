@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from spladekit.common.errors import InputError
 from spladekit.data import read_corpus, read_texts, read_triplets
 from spladekit.data.jsonl import read_document
-from spladekit.errors import InputError
 
 
 def write(tmp_path, name, content: bytes | str):

@@ -8,9 +8,9 @@ import pytest
 
 import spladekit.data.stream as stream
 from collection_files import write_beir, write_hf_parquet
+from spladekit.common.errors import InputError
 from spladekit.data import load_collection, read_corpus
 from spladekit.data.stream import corpus_fingerprint, iter_corpus, scan_corpus
-from spladekit.errors import InputError
 
 
 def test_jsonl_and_beir_folder_stream_what_the_eager_readers_read(tmp_path):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spladekit.devices import autocast, resolve_device
-from spladekit.encoder import SparseEncoder
-from spladekit.errors import SpladekitError
-from spladekit.train import distributed
+from spladekit.common import distributed
+from spladekit.common.devices import autocast, resolve_device
+from spladekit.common.errors import SpladekitError
+from spladekit.model.encoder import SparseEncoder
 
 
 def test_auto_is_the_gpu_when_cuda_is_available_else_the_cpu():

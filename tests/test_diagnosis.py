@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.backbone import vocab_projection
-from spladekit.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
+from spladekit.model.backbone import vocab_projection
+from spladekit.model.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
 from tiny_models import ARCHITECTURES, build_tiny_model
 
 DIAGNOSE_KEYS = {"architecture", "vocab_size", "hidden_size", "head_param", "tied", "frobenius_norm",
@@ -52,7 +52,7 @@ def test_recommend_k_rule(scores, expected):
 
 
 def test_tied_candidates_are_scored_on_the_model_tied_rescaling_really_produces(tmp_path):
-    from spladekit.head import rescale
+    from spladekit.model.head import rescale
 
     folder = build_tiny_model("bert", tmp_path / "big", head_scale=16.0)
     encoder = SparseEncoder.from_pretrained(folder)

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 
@@ -114,7 +114,7 @@ def test_query_max_length_is_saved_and_read_back(tiny_model_dirs, tmp_path):
 
 @pytest.mark.parametrize("side", ["query", "document"])
 def test_max_active_dims_keeps_the_k_largest_weights_of_each_vector(tiny_model_dirs, side):
-    from spladekit.vectors_ops import keep_top_weights
+    from spladekit.common.sparse import keep_top_weights
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     encode = encoder.encode_query if side == "query" else encoder.encode_document
@@ -126,7 +126,7 @@ def test_max_active_dims_keeps_the_k_largest_weights_of_each_vector(tiny_model_d
 
 
 def test_bad_max_active_dims_or_side_is_refused_before_encoding(tiny_model_dirs):
-    from spladekit.errors import SpladekitError
+    from spladekit.common.errors import SpladekitError
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     encoder.forward = None  # encoding would fail with a TypeError
@@ -180,7 +180,7 @@ def poison_texts_with(encoder, word):
 
 @pytest.mark.parametrize("batch_size", [1, 2, 32])
 def test_a_non_finite_vector_is_refused_naming_the_text(tiny_model_dirs, batch_size):
-    from spladekit.encoder import NonFiniteVector
+    from spladekit.model.encoder import NonFiniteVector
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     poison_texts_with(encoder, "seine")  # only TEXTS[1] holds it; length sorting moves it first
@@ -193,8 +193,8 @@ def test_a_non_finite_vector_is_refused_naming_the_text(tiny_model_dirs, batch_s
 
 
 def test_save_refuses_non_finite_weights_and_writes_nothing(tiny_model_dirs, tmp_path):
-    from spladekit.backbone import vocab_projection
-    from spladekit.errors import SpladekitError
+    from spladekit.common.errors import SpladekitError
+    from spladekit.model.backbone import vocab_projection
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     with torch.no_grad():
@@ -208,7 +208,7 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
     import json
     import shutil
 
-    from spladekit.backbone import vocab_projection
+    from spladekit.model.backbone import vocab_projection
 
     damaged = tmp_path / "damaged"
     shutil.copytree(tiny_model_dirs["bert"], damaged)
@@ -230,7 +230,7 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
 def test_cli_encode_failing_after_a_complete_shard_keeps_it_for_resume(tiny_model_dirs, tmp_path, cli, monkeypatch):
     import json
 
-    from spladekit.encoder import NonFiniteVector, SparseEncoder
+    from spladekit.model.encoder import NonFiniteVector, SparseEncoder
 
     encode_document = SparseEncoder.encode_document
 

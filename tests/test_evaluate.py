@@ -13,14 +13,14 @@ import scipy.sparse as sp
 
 from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.sparse import keep_top_weights
 from spladekit.data import load_collection, reconcile
-from spladekit.errors import InputError, SpladekitError
-from spladekit.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
-from spladekit.evaluation_result import EvaluationResult
+from spladekit.evaluation.evaluate import compute_metrics, evaluate, evaluate_suite, retrieval_flops
+from spladekit.evaluation.result import EvaluationResult
+from spladekit.evaluation.run import Run
 from spladekit.index import ExactSearcher
-from spladekit.run import Run
-from spladekit.vectors import Vectors
-from spladekit.vectors_ops import keep_top_weights
+from spladekit.vectors.artifact import Vectors
 from tiny_models import build_tiny_model
 
 MEASURES = ("nDCG@10", "RR@10", "R@1000")
@@ -305,7 +305,7 @@ def test_damaged_cache_entry_is_warned_about_ignored_and_replaced(encoder, tmp_p
 def test_an_interrupted_cache_entry_resumes_its_finished_shards(encoder, tmp_path, monkeypatch):
     import shutil
 
-    import spladekit.evaluate as evaluation
+    import spladekit.evaluation.evaluate as evaluation
 
     monkeypatch.setattr(evaluation, "DEFAULT_SHARD_SIZE", 3)  # 8 documents: shards of 3, 3, 2
     folder = write_beir(tmp_path / "mini")

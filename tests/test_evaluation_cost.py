@@ -12,9 +12,9 @@ import pytest
 import scipy.sparse as sp
 
 from collection_files import DOCS, QRELS, write_beir
+from spladekit.common.errors import SpladekitError
 from spladekit.data.collections import load_collection
-from spladekit.errors import SpladekitError
-from spladekit.evaluation_cost import (
+from spladekit.evaluation.cost import (
     EncodingSample,
     Workload,
     _member_row,
@@ -25,8 +25,8 @@ from spladekit.evaluation_cost import (
     vector_bytes,
     workloads,
 )
-from spladekit.model_loading import load_model
-from spladekit.vectors import Vectors
+from spladekit.model.loading import load_model
+from spladekit.vectors.artifact import Vectors
 
 
 def files_under(folder: Path) -> set[Path]:

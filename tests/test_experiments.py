@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from collection_files import write_beir
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
 from spladekit.experiments.report import build_report
 from spladekit.experiments.sweep import Cell, dry_run, load_sweep, plan, run_sweep
 from tiny_models import build_tiny_model
@@ -207,7 +207,7 @@ def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, cha
 
 def test_a_sweep_says_how_to_allow_remote_code_in_the_sweep_file(tmp_path):
     """`sweep` has no --trust-remote-code option: the message names the backbone's key in the sweep file."""
-    from spladekit.backbone import RemoteCodeRequired
+    from spladekit.model.backbone import RemoteCodeRequired
 
     gte = build_tiny_model("gte", tmp_path / "gte")
     sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "gte", "id": str(gte)}]))

@@ -10,9 +10,8 @@ import pytest
 
 from collection_files import DOCS, write_beir
 from spladekit.data.collections import load_collection
-from spladekit.encoder import SparseEncoder
-from spladekit.evaluate import evaluate
-from spladekit.explain import (
+from spladekit.evaluation.evaluate import evaluate
+from spladekit.evaluation.explain import (
     encode_side,
     explain_pair,
     explain_run,
@@ -22,7 +21,8 @@ from spladekit.explain import (
     readable_tokens,
     terminal_table,
 )
-from spladekit.run import Run
+from spladekit.evaluation.run import Run
+from spladekit.model.encoder import SparseEncoder
 from tiny_models import build_tiny_model
 
 QUERY = "what is the capital of france"
@@ -102,7 +102,7 @@ def test_the_query_is_encoded_by_encode_query_and_the_document_by_encode_documen
 
 
 def test_empty_text_and_bad_side_are_refused(encoder):
-    from spladekit.errors import SpladekitError
+    from spladekit.common.errors import SpladekitError
 
     with pytest.raises(SpladekitError, match="empty"):
         explain_text(encoder, "   ")

@@ -9,11 +9,11 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import quantize
 from spladekit.export import ciff
 from spladekit.export.ciff import export_ciff, pieces, postings_field, term_buckets, term_order
-from spladekit.vectors import Vectors
-from spladekit.vectors_ops import quantize
+from spladekit.vectors.artifact import Vectors
 
 ciff_pb2 = pytest.importorskip("ciff_toolkit.ciff_pb2")
 from ciff_toolkit.read import CiffReader  # noqa: E402

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.export import (
     escape_feature,
     export_search_engine,
@@ -21,7 +21,7 @@ from spladekit.export import (
     unescape_feature,
 )
 from spladekit.export.search_engine import vocabulary_tokens
-from spladekit.vectors import Vectors
+from spladekit.vectors.artifact import Vectors
 
 TOKENS = ["[PAD]", ".", "u.s.", "100%", "%2E", "##ing", "Ġthe", "▁über", "a.b%25c", "naïve"]
 
@@ -194,7 +194,7 @@ def test_escape_examples():
 
 
 def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path, cli):
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model.encoder import SparseEncoder
 
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     texts = ["the capital of france is paris.", "u.s. vitamin d"]

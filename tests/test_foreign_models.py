@@ -8,12 +8,12 @@ import shutil
 import numpy as np
 import pytest
 
-from spladekit.backbone import load_backbone
-from spladekit.encoder import SparseEncoder
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
 from spladekit.export import export_sentence_transformers
-from spladekit.foreign_models import resolve_model_folder
-from spladekit.head import rescale
+from spladekit.model.backbone import load_backbone
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.foreign import resolve_model_folder
+from spladekit.model.head import rescale
 
 st = pytest.importorskip("sentence_transformers.sparse_encoder")
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.backbone import is_tied, vocab_projection
-from spladekit.errors import SpladekitError
-from spladekit.head import divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record, word_position_ratio
+from spladekit.common.errors import SpladekitError
+from spladekit.model.backbone import is_tied, vocab_projection
+from spladekit.model.head import divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record, word_position_ratio
 from tiny_models import ARCHITECTURES, build_tiny_model
 
 TEXTS = ["what is the capital of france", "paris is the capital city of france on the river seine", "a cat"]
@@ -180,8 +180,8 @@ def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_mod
 
 def test_transform_inflation_scales_the_head_input_and_keeps_the_tie(tmp_path):
     from spladekit import SparseEncoder
-    from spladekit.backbone import is_tied
-    from spladekit.head import inflate
+    from spladekit.experiments.inflate import inflate
+    from spladekit.model.backbone import is_tied
 
     folder = build_tiny_model("bert", tmp_path / "m")
     plain, inflated = SparseEncoder.from_pretrained(folder), SparseEncoder.from_pretrained(folder)
@@ -197,7 +197,7 @@ def test_transform_inflation_scales_the_head_input_and_keeps_the_tie(tmp_path):
 
 def test_position_inflation_divides_the_word_position_ratio(tmp_path):
     from spladekit import SparseEncoder
-    from spladekit.head import inflate
+    from spladekit.experiments.inflate import inflate
 
     encoder = SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "m"))
     ratio = word_position_ratio(encoder.model)
@@ -209,7 +209,7 @@ def test_position_inflation_divides_the_word_position_ratio(tmp_path):
 
 def test_tied_rescaling_warns_that_words_already_below_positions_stay_there(tmp_path, caplog):
     from spladekit import SparseEncoder
-    from spladekit.head import inflate
+    from spladekit.experiments.inflate import inflate
 
     encoder = SparseEncoder.from_pretrained(build_tiny_model("bert", tmp_path / "m"))
     inflate(encoder.model, 4 * max(word_position_ratio(encoder.model), 1.0), "positions")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.index import BmpSearcher, ExactSearcher, PisaSearcher, SeismicSearcher, load_index
 from synthetic_sparse import zipf_matrix
 
@@ -81,8 +81,8 @@ def test_bmp_refuses_vocabularies_over_65535():
 
 
 def test_bmp_quantization_is_8_bit_and_overflow_safe():
+    from spladekit.common.sparse import quantize
     from spladekit.index.bmp import overflow_safe_scale
-    from spladekit.vectors_ops import quantize
 
     values = np.array([0.001, 0.5, 1.0, 2.0], dtype=np.float32)
     assert quantize(values, 255 / 2.0, minimum=1, dtype=np.int64).tolist() == [1, 64, 128, 255]

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.sparse import best_first
 from spladekit.index import ExactSearcher, SeismicSearcher, build_index, load_index
-from spladekit.vectors_ops import best_first
 from synthetic_sparse import zipf_matrix
 
 
@@ -273,8 +273,8 @@ def test_k_must_be_a_positive_integer(k):
 
 def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path, cli):
 
-    from spladekit.run import Run
-    from spladekit.vectors import Vectors
+    from spladekit.evaluation.run import Run
+    from spladekit.vectors.artifact import Vectors
 
     documents, queries = zipf_matrix(25, 30, 6, seed=14), zipf_matrix(3, 30, 4, seed=15)
     searcher = ExactSearcher.build(documents)

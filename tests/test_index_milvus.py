@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import shared_path
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.index import ExactSearcher, load_index
 from spladekit.index.store import read_manifest
 from synthetic_sparse import zipf_matrix
@@ -94,7 +94,7 @@ def test_refusals_are_one_line():
 
 
 def test_unreachable_server_is_one_error_line(cli, tmp_path):
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     Vectors(dyadic(20, 30, 0.2, seed=9), [f"d{i}" for i in range(20)], {"model": "x"}).save(tmp_path / "vectors")
     for backend, param in (("milvus", f"uri={UNREACHABLE}"), ("qdrant", f"url={UNREACHABLE}")):
@@ -108,13 +108,12 @@ def test_unreachable_server_is_one_error_line(cli, tmp_path):
 
 def test_server_index_records_the_uri_but_never_the_token(tmp_path, monkeypatch):
     """Saved server index: params only (no documents file, no token), and loading it connects to the uri."""
-    from spladekit.index.store import write_index
 
     monkeypatch.setenv("MILVUS_TOKEN", "secret-token")
     searcher = MilvusSearcher.build(dyadic(10, 20, 0.3, seed=10), show_progress=False)
     searcher.params = searcher.params | {"uri": UNREACHABLE}  # as if built against that server
     searcher.documents = None
-    write_index(tmp_path / "index", searcher)
+    searcher.save(tmp_path / "index")
     searcher.close()
     text = (tmp_path / "index" / "manifest.json").read_text()
     assert "secret-token" not in text and json.loads(text)["files"] == {}
@@ -126,7 +125,7 @@ def test_server_index_records_the_uri_but_never_the_token(tmp_path, monkeypatch)
 def test_real_collection_top10_equals_exact():
     """splade-tiny on a slice of scifact (300 documents, 64 tokens, 15 queries): Milvus top-10 = exact top-10."""
     from spladekit.data import read_corpus
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model.encoder import SparseEncoder
 
     model = shared_path("models", "splade-tiny-msmarco")
     scifact = shared_path("data", "scifact")

@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit.cli.retrieval import params_help
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.index import BACKENDS, ExactSearcher, SeismicSearcher, build_index
-from spladekit.vectors import Vectors
+from spladekit.vectors.artifact import Vectors
 from synthetic_sparse import zipf_matrix
 
 BAD_BUILD = [

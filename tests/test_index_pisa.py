@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.sparse import best_first, quantize
 from spladekit.index import PisaSearcher, load_index, pisa
 from spladekit.index.pisa import ALGORITHMS, _Postings
-from spladekit.vectors import Vectors
-from spladekit.vectors_ops import best_first, quantize
+from spladekit.vectors.artifact import Vectors
 from synthetic_sparse import zipf_matrix
 
 SRC = Path(__file__).resolve().parents[1] / "src"

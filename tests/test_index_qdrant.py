@@ -9,9 +9,9 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import shared_path
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
+from spladekit.evaluation.run import Run
 from spladekit.index.store import read_manifest
-from spladekit.run import Run
 
 pytest.importorskip("qdrant_client")
 from spladekit.index.qdrant import QdrantSearcher
@@ -87,7 +87,7 @@ def test_vocabulary_mismatch_is_refused():
 
 
 def test_cli_export_qdrant_local_storage(tmp_path, cli):
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     documents = dyadic(50, 30, 0.2, seed=8)
     Vectors(documents, [f"d{i}" for i in range(50)], {"model": "x"}).save(tmp_path / "vectors")
@@ -106,7 +106,7 @@ def test_cli_export_qdrant_local_storage(tmp_path, cli):
 def test_real_collection_top10_equals_brute_force():
     """splade-tiny on a slice of scifact (300 documents, 64 tokens, 15 queries): Qdrant top-10 = exact top-10."""
     from spladekit.data import read_corpus
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model.encoder import SparseEncoder
 
     model = shared_path("models", "splade-tiny-msmarco")
     scifact = shared_path("data", "scifact")

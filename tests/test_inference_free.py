@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from collection_files import write_beir
-from spladekit.encoder import SparseEncoder
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.export import export_sentence_transformers
-from spladekit.inference_free import QUERY_WEIGHTS_FILE, InferenceFreeEncoder, idf_weights
-from spladekit.model_loading import is_inference_free, load_model
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.inference_free import QUERY_WEIGHTS_FILE, InferenceFreeEncoder, idf_weights
+from spladekit.model.loading import is_inference_free, load_model
 from spladekit.train import train
 from tiny_models import SAMPLE_TEXTS, VOCAB
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from collection_files import write_beir
-from spladekit.data.training import load_training_set
-from spladekit.errors import InputError, SpladekitError
-from spladekit.mining import (
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.data.training import DataConfig, load_training_set
+from spladekit.train.mining import (
     CORPUS_FILE,
     HARD_NEGATIVES_FILE,
     QUERIES_FILE,
@@ -22,7 +22,6 @@ from spladekit.mining import (
     mine_training_data,
     parse_rank_range,
 )
-from spladekit.train.config import DataConfig
 
 # BM25 ranks the documents for q1 by how many of its terms they hold (same lengths; n5 is longer than n4):
 DOCS = {
@@ -133,7 +132,7 @@ def test_hard_negatives_layout_is_what_train_reads(collection, tmp_path):
 
 
 def test_a_model_mines_its_own_ranking(collection, tmp_path, tiny_model_dirs, monkeypatch):
-    from spladekit.encoder import SparseEncoder
+    from spladekit.model.encoder import SparseEncoder
 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     model = tiny_model_dirs["bert"]

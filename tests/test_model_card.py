@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from huggingface_hub import ModelCard
 
-from spladekit.encoder import SparseEncoder
-from spladekit.evaluation_result import EvaluationResult
-from spladekit.head import head_norms, rescale
-from spladekit.model_card import write_model_card
+from spladekit.evaluation.result import EvaluationResult
+from spladekit.model.card import write_model_card
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.head import head_norms, rescale
 
 
 def test_saved_folder_has_a_card_with_backbone_k_norms_and_loading(tiny_model_dirs, tmp_path):

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from conftest import shared_path
 from spladekit import SparseEncoder
-from spladekit import pooling as pooling_module
-from spladekit.errors import SpladekitError
-from spladekit.pooling import (
+from spladekit.common.errors import SpladekitError
+from spladekit.model import pooling as pooling_module
+from spladekit.model.pooling import (
     ACCUMULATION_UNIT_ROUNDOFF,
     BLOCK_BYTES_PER_WIDTH,
     MIN_CHUNK_SIZE,

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-import spladekit.quickstart as quickstart_module
+import spladekit.experiments.quickstart as quickstart_module
 from conftest import shared_path
 from hub_caches import hf_cache, ir_datasets_cranfield, ir_datasets_home, offline_env
 from spladekit.data.collections import load_collection
-from spladekit.encoder import SparseEncoder
-from spladekit.evaluate import evaluate
-from spladekit.quickstart import DEFAULT_BACKBONE, DEFAULT_DATA, DEFAULT_EVAL_DATA, default_assets
-from spladekit.run import Run
+from spladekit.evaluation.evaluate import evaluate
+from spladekit.evaluation.run import Run
+from spladekit.experiments.quickstart import DEFAULT_BACKBONE, DEFAULT_DATA, DEFAULT_EVAL_DATA, default_assets
+from spladekit.model.encoder import SparseEncoder
 
 DOCS = {
     "d1": "paris is the capital city of france on the river seine",

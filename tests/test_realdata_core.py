@@ -6,7 +6,7 @@ import pytest
 
 from conftest import shared_path
 from spladekit import SparseEncoder
-from spladekit.diagnosis import diagnose
+from spladekit.model.diagnosis import diagnose
 
 pytestmark = pytest.mark.realdata
 

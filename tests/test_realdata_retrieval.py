@@ -44,7 +44,7 @@ def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
 def test_scifact_approximate_backends_track_exact(cache_env):
     from spladekit import SparseEncoder
     from spladekit.data import load_collection
-    from spladekit.evaluate import evaluate
+    from spladekit.evaluation.evaluate import evaluate
 
     encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
     collection = load_collection(shared_path("data", "scifact"), "test")
@@ -60,7 +60,7 @@ def test_scifact_pisa_is_within_0002_ndcg_of_exact(cache_env):
     """PISA ranks rank-safely by impacts round(w x 100) (the default scale): nDCG@10 within 0.002 of exact."""
     from spladekit import SparseEncoder
     from spladekit.data import load_collection
-    from spladekit.evaluate import evaluate
+    from spladekit.evaluation.evaluate import evaluate
 
     encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
     collection = load_collection(shared_path("data", "scifact"), "test")

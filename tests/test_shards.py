@@ -9,11 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from spladekit.atomic import open_output
-from spladekit.encoder import SparseEncoder
-from spladekit.errors import InputError
-from spladekit.shards import MANIFEST, read_manifest, shard_folder
-from spladekit.vectors import Vectors
+from spladekit.common.atomic import open_output
+from spladekit.common.errors import InputError
+from spladekit.model.encoder import SparseEncoder
+from spladekit.vectors.artifact import Vectors
+from spladekit.vectors.shards import MANIFEST, read_manifest, shard_folder
 
 DOCS = [f"document {i} about " + " ".join(["paris", "vaccine", "river", "python", "light"][: i % 5 + 1]) * (i % 3 + 1)
         for i in range(11)]

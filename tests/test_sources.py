@@ -8,9 +8,9 @@ import requests
 from huggingface_hub import constants
 from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
-from spladekit import sources
-from spladekit.errors import InputError
-from spladekit.sources import fetching, is_local, is_local_model, shared_folder
+from spladekit.common import sources
+from spladekit.common.errors import InputError
+from spladekit.common.sources import fetching, is_local, is_local_model, shared_folder
 
 
 def test_paths_and_ids():

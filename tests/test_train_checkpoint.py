@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
 from spladekit.train.checkpoint import load_training_state, rng_state
 
 

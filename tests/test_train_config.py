@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
 from spladekit.train.config import TrainConfig, load_config, save_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def test_a_top_level_list_or_scalar_is_one_clear_error(tmp_path, text, message):
     ("=1", "--set '=1': expected section.key=value"),
 ])
 def test_a_malformed_override_is_one_clear_error(tmp_path, override, message):
-    from spladekit.errors import SpladekitError
+    from spladekit.common.errors import SpladekitError
 
     with pytest.raises(SpladekitError) as caught:
         load_config(write(tmp_path, MINIMAL), [override])

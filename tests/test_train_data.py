@@ -7,11 +7,10 @@ import json
 
 import pytest
 
+from spladekit.common.errors import InputError
 from spladekit.data import read_triplets
 from spladekit.data.teacher import read_ce_scores, read_teacher_jsonl
-from spladekit.data.training import load_training_set, merge_groups
-from spladekit.errors import InputError
-from spladekit.train.config import DataConfig
+from spladekit.data.training import DataConfig, load_training_set, merge_groups
 
 
 def write(path, text):

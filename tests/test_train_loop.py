@@ -20,13 +20,13 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from collection_files import write_beir
 from spladekit import SparseEncoder
-from spladekit.backbone import vocab_projection
+from spladekit.common.distributed import Processes
+from spladekit.common.errors import SpladekitError
 from spladekit.data.training import load_training_set
-from spladekit.diagnosis import HeadReport, diagnose, step0_warnings
-from spladekit.errors import SpladekitError
+from spladekit.model.backbone import vocab_projection
+from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
-from spladekit.train.distributed import Processes
 from spladekit.train.loop import encode_examples, forward_backward, objective, parameter_groups
 from spladekit.train.monitors import CollapseDetector, read_metrics
 from tiny_models import build_tiny_model
@@ -60,7 +60,7 @@ def test_run_folder_holds_the_contract(unregularized):
 
 
 def test_logged_norms_are_those_of_the_weights_after_the_update(unregularized):
-    from spladekit.head import embedding_norms, head_norms
+    from spladekit.model.head import embedding_norms, head_norms
 
     last = read_metrics(unregularized)[-1]
     model = SparseEncoder.from_pretrained(unregularized / "model").model
@@ -193,7 +193,7 @@ def test_no_weight_decay_on_biases_and_layernorm_and_embeddings_by_choice(tiny_b
 
 @pytest.mark.parametrize("k, expected", [(4.0, "tied"), (64.0, "untie")])
 def test_auto_mode_unties_when_tied_rescaling_would_let_positions_dominate(k, expected, triplets_file, tmp_path):
-    from spladekit.head import word_position_ratio
+    from spladekit.model.head import word_position_ratio
 
     inflated = build_tiny_model("bert", tmp_path / "inflated", head_scale=16.0)  # tied: inputs ×16 too
     ratio = word_position_ratio(SparseEncoder.from_pretrained(inflated).model)
@@ -428,7 +428,7 @@ def test_failing_overwrite_run_puts_the_old_run_back(tiny_bert, triplets_file, t
 
 
 def test_second_train_into_the_same_folder_fails_at_once(tiny_bert, triplets_file, tmp_path):
-    from spladekit.atomic import OutputBusy, open_in_place
+    from spladekit.common.atomic import OutputBusy, open_in_place
 
     with open_in_place(tmp_path / "run"):  # a first run, still training
         for flags in ({}, {"overwrite": True}, {"resume": True}):

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import shared_path
 from spladekit import SparseEncoder
-from spladekit.data.training import load_training_set
+from spladekit.data.training import DataConfig, load_training_set
 from spladekit.train import train
-from spladekit.train.config import DataConfig, config_from_dict
+from spladekit.train.config import config_from_dict
 from spladekit.train.monitors import read_metrics
 
 pytestmark = pytest.mark.realdata

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spladekit.errors import InputError
-from spladekit.vectors import Vectors
+from spladekit.common.errors import InputError
+from spladekit.vectors.artifact import Vectors
 
 
 @pytest.fixture

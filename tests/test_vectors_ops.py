@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spladekit.errors import SpladekitError
-from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 
 
 def brute_force_top(matrix: sp.csr_matrix, k: int) -> np.ndarray:

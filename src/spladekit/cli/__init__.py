@@ -1,4 +1,5 @@
-"""The ``spladekit`` command line: thin wrappers over the Python API, one module per pipeline stage."""
+"""The ``spladekit`` command line: thin wrappers over the Python API, one module per pipeline stage.
+May import: everything (each stage inside its command, so ``--help`` loads no torch)."""
 
 from spladekit.cli import (
     core,  # noqa: F401  (registers diagnose, rescale, encode)

@@ -12,7 +12,7 @@ from typing import overload
 
 import typer
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 
 app = typer.Typer(
     name="spladekit",
@@ -29,7 +29,7 @@ def opened(output: Path, folder: bool, overwrite: bool) -> contextlib.AbstractCo
 @overload
 def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]: ...
 def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]:
-    """Open a command's output before its work (:func:`spladekit.atomic.open_output`: refused if it exists
+    """Open a command's output before its work (:func:`spladekit.common.atomic.open_output`: refused if it exists
     without ``--overwrite``, locked, staging created) and yield the staging path to save into (``None``
     when the option was not given); the output is moved into place when the block succeeds."""
     return _opened(output, folder, overwrite)
@@ -40,7 +40,7 @@ def _opened(output: Path | None, folder: bool, overwrite: bool) -> Iterator[Path
     if output is None:
         yield None
         return
-    from spladekit.atomic import open_output
+    from spladekit.common.atomic import open_output
 
     with open_output(output, folder=folder, overwrite=overwrite) as staged:
         yield staged.staging
@@ -48,7 +48,7 @@ def _opened(output: Path | None, folder: bool, overwrite: bool) -> Iterator[Path
 
 def write_json(output: Path | None, payload: dict) -> None:
     """Write ``payload`` as JSON to ``output`` (atomically; a staging path from :func:`opened` is written into)."""
-    from spladekit.atomic import atomic_file
+    from spladekit.common.atomic import atomic_file
 
     if output is not None:
         with atomic_file(output) as stream:

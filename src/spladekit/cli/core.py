@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.shards import DEFAULT_SHARD_SIZE
+from spladekit.vectors.shards import DEFAULT_SHARD_SIZE
 
 if TYPE_CHECKING:
-    from spladekit.diagnosis import HeadReport
+    from spladekit.model.diagnosis import HeadReport
 
 TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
@@ -71,9 +71,10 @@ def diagnose(
 ) -> None:
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
-    from spladekit.diagnosis import SAMPLE_PAIRS, check_scoring_mode
-    from spladekit.diagnosis import diagnose as diagnose_head
-    from spladekit.encoder import SparseEncoder
+    from spladekit.data.samples import SAMPLE_PAIRS
+    from spladekit.model.diagnosis import check_scoring_mode
+    from spladekit.model.diagnosis import diagnose as diagnose_head
+    from spladekit.model.encoder import SparseEncoder
 
     check_scoring_mode(mode)
     with opened(output, folder=False, overwrite=overwrite) as staged:
@@ -104,10 +105,10 @@ def rescale(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
-    from spladekit.head import head_norms, parse_k
-    from spladekit.inference_free import InferenceFreeEncoder
-    from spladekit.model_loading import load_model
-    from spladekit.rescaling import apply_rescale, resolve_rescale
+    from spladekit.model.head import head_norms, parse_k
+    from spladekit.model.inference_free import InferenceFreeEncoder
+    from spladekit.model.loading import load_model
+    from spladekit.model.rescaling import apply_rescale, resolve_rescale
 
     parse_k(k, allow_auto=True)  # a bad k fails before the model is loaded
     with opened(output, folder=True, overwrite=overwrite) as staged:
@@ -167,7 +168,7 @@ def encode(
 
     Streaming: memory holds one shard, not the corpus. Resumable (--resume) and data-parallel: --shard I/N,
     or `torchrun --nproc-per-node N -m spladekit encode …` (one GPU per rank when present)."""
-    from spladekit.corpus_encoding import encode_to_shards
+    from spladekit.vectors.encoding import encode_to_shards
 
     result = encode_to_shards(model, corpus, output, shard_size=shard_size, resume=resume, overwrite=overwrite,
                               shard=shard, batch_size=batch_size, side=side, max_length=max_length,

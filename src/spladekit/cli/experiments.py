@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 
 
 @app.command()

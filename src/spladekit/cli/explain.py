@@ -10,7 +10,7 @@ import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 
 
 @app.command()
@@ -36,8 +36,8 @@ def explain(
     """Show what a SPLADE vector holds (top terms and weights), or why a document scores what it does for a
     query (shared terms by contribution q_v·d_v; they sum to the score)."""
     from spladekit.data.jsonl import read_document
-    from spladekit.encoder import SparseEncoder, check_side
-    from spladekit.explain import check_text, check_top, explain_pair, explain_text, terminal_table, write_html
+    from spladekit.evaluation.explain import check_text, check_top, explain_pair, explain_text, terminal_table, write_html
+    from spladekit.model.encoder import SparseEncoder, check_side
 
     if len(texts) > 2:
         raise SpladekitError(f"explain takes one TEXT or a QUERY and a DOCUMENT, got {len(texts)} texts")

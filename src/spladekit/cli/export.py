@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 
 
 class ExportFormat(str, Enum):
@@ -23,7 +23,7 @@ class ExportFormat(str, Enum):
 def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
                            trust_remote_code: bool) -> dict:
     from spladekit.export import export_sentence_transformers
-    from spladekit.model_loading import load_model
+    from spladekit.model.loading import load_model
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         encoder = load_model(source, trust_remote_code=trust_remote_code, max_length=max_length)
@@ -39,7 +39,7 @@ def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path
     if output is None and url is None and qdrant_path is None:
         raise SpladekitError("--format qdrant needs --url (server), --qdrant-path (local storage) or --output "
                              "(spladekit index folder)")
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = Vectors.load(source)
@@ -56,7 +56,7 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
 
     if output is None:
         raise SpladekitError(f"--format {engine} needs --output (folder for the NDJSON, mapping and query)")
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = Vectors.load(source)

@@ -45,7 +45,7 @@ def quickstart(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
-    from spladekit.quickstart import quickstart as run_quickstart
+    from spladekit.experiments.quickstart import quickstart as run_quickstart
 
     def say(line: str) -> None:
         if progress:

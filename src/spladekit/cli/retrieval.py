@@ -11,7 +11,7 @@ import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.index import BACKENDS, backend_class
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def index(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
-    from spladekit.vectors import Vectors
-    from spladekit.vectors_ops import check_max_active_dims, keep_top_weights
+    from spladekit.common.sparse import check_max_active_dims, keep_top_weights
+    from spladekit.vectors.artifact import Vectors
 
     searcher_class = backend_class(backend)
     params = searcher_class.check_params(parse_params(param))  # before reading the vectors
@@ -125,9 +125,9 @@ def search(
 ) -> None:
     """Search an index with queries and write a TREC run file."""
     from spladekit.data import read_corpus
+    from spladekit.evaluation.run import Run
     from spladekit.index import load_index
-    from spladekit.run import Run
-    from spladekit.vectors import Vectors
+    from spladekit.vectors.artifact import Vectors
 
     if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
@@ -140,7 +140,7 @@ def search(
             encoded = Vectors.load(query_vectors)
             vectors, query_ids = encoded.matrix, encoded.ids
         else:
-            from spladekit.model_loading import load_model
+            from spladekit.model.loading import load_model
 
             assert queries is not None and model is not None  # checked above
             encoder = load_model(model, trust_remote_code=trust_remote_code)
@@ -203,14 +203,14 @@ def evaluate(
                                            "searched for the measurement."),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
-    from spladekit.evaluate import evaluate_data, results_table
-    from spladekit.model_loading import load_model
-    from spladekit.vectors_ops import check_max_active_dims
+    from spladekit.common.sparse import check_max_active_dims
+    from spladekit.evaluation.evaluate import evaluate_data, results_table
+    from spladekit.model.loading import load_model
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
     check_max_active_dims(max_active_dims)
     if dry_run:
-        from spladekit.evaluation_cost import estimate_evaluation, estimate_table, workloads
+        from spladekit.evaluation.cost import estimate_evaluation, estimate_table, workloads
 
         if output is not None or run_dir is not None:
             raise SpladekitError("--dry-run writes nothing: drop --output / --run-dir (--json prints the estimate)")

@@ -29,7 +29,7 @@ def train(
                                "process). bf16 autocast: optimization.bf16 in the config."),
 ) -> None:
     """Train a SPLADE model (InfoNCE or distillation + FLOPS/L1). Several processes: torchrun --nproc_per_node N -m spladekit train …"""
-    from spladekit.errors import SpladekitError
+    from spladekit.common.errors import SpladekitError
     from spladekit.train import load_config
     from spladekit.train import train as run_training
 
@@ -71,7 +71,7 @@ def mine(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Mine training triplets / hard negatives (BM25 or a SPLADE model) from a collection's train split."""
-    from spladekit.mining import MiningSettings, mine_training_data, parse_rank_range
+    from spladekit.train.mining import MiningSettings, mine_training_data, parse_rank_range
 
     settings = MiningSettings(negatives=negatives, rank_range=parse_rank_range(rank_range), exclude_judged=exclude_judged,
                               seed=seed, k1=k1, b=b, model=model, max_length=max_length, batch_size=batch_size,

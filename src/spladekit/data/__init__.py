@@ -1,4 +1,5 @@
-"""Readers for the plain-data inputs of every stage (corpora, queries, triplets, qrels, runs, collections)."""
+"""Readers for the plain-data inputs of every stage (corpora, queries, triplets, qrels, collections, suites,
+training sets, teacher scores) and the built-in sample pairs. May import: ``common``."""
 
 from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus, read_texts

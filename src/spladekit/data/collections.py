@@ -10,7 +10,7 @@
    used when that id exists.
 
 A download that fails (not cached, offline) is one error line naming the id and the cache folder
-(:func:`spladekit.sources.fetching`).
+(:func:`spladekit.common.sources.fetching`).
 
 ``reconcile`` drops judgments that name unknown queries or documents and queries without judgments,
 and reports how many of each it dropped.
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import check_id
+from spladekit.common.sources import fetching, is_local
 from spladekit.data.jsonl import Corpus, corpus_from_records, read_corpus
-from spladekit.data.lines import check_id
 from spladekit.data.trec import Qrels, read_qrels
-from spladekit.errors import InputError, SpladekitError
-from spladekit.sources import fetching, is_local
 
 if TYPE_CHECKING:
     from datasets import Dataset

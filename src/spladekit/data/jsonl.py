@@ -2,7 +2,7 @@
 
 A corpus line is ``{"_id": str, "text": str, "title"?: str}`` (the BEIR layout). The encoded text is
 ``title + " " + text`` when a non-empty title is present, as BEIR's SPLADE evaluations do. Ids follow
-:func:`spladekit.data.lines.check_id`: non-empty, no whitespace (they end up in TREC runs).
+:func:`spladekit.common.lines.check_id`: non-empty, no whitespace (they end up in TREC runs).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from spladekit.data.lines import check_id, json_records, numbered_lines
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
+from spladekit.common.lines import check_id, json_records, numbered_lines
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import json_records, numbered_lines
+from spladekit.common.sources import fetching, is_local
 from spladekit.data.collections import LOCAL_COPY, _hf_rows, _text, is_hf_dataset_id, resolve_ir_dataset_id
 from spladekit.data.jsonl import checked_record
-from spladekit.data.lines import json_records, numbered_lines
-from spladekit.errors import InputError, SpladekitError
-from spladekit.sources import fetching, is_local
 
 
 def update_fingerprint(digest: Any, doc_id: str, text: str) -> None:  # hashlib's hash object

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from spladekit.common.errors import InputError
 from spladekit.data.collections import Collection, load_collection
-from spladekit.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import json
 import math
 from pathlib import Path
 
-from spladekit.data.lines import check_id, json_records, numbered_lines
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
+from spladekit.common.lines import check_id, json_records, numbered_lines
 
 TeacherScores = dict[tuple[str, str], float]
 

@@ -29,19 +29,38 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import check_id, numbered_lines
+from spladekit.common.schema import allowed
+from spladekit.common.sources import Library, fetching
 from spladekit.data.jsonl import read_corpus
-from spladekit.data.lines import check_id, numbered_lines
 from spladekit.data.teacher import READERS, TeacherScores
 from spladekit.data.triplets import read_triplets
-from spladekit.errors import InputError, SpladekitError
-from spladekit.sources import Library, fetching
 
-if TYPE_CHECKING:
-    from spladekit.train.config import DataConfig
+
+@dataclass
+class DataConfig:
+    format: Literal["triplets", "id_triplets", "hard_negatives", "ir_datasets", "hf"] = "triplets"
+    path: str = ""  # TSV file, hard-negatives JSONL, ir_datasets id or HF dataset name/folder
+    queries: str | None = None  # id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)
+    collection: str | None = None  # id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)
+    header: bool = False  # id_triplets: the first line is a header
+    columns: int | None = allowed(None, minimum=3)  # triplet TSVs: use only the first N columns (query, positive, negatives…)
+    negative_systems: list | None = None  # hard_negatives: which systems' negatives (None: all)
+    hf_config: str | None = None
+    split: str = "train"
+    teacher: str | None = None  # teacher scores for distillation
+    teacher_format: Literal["jsonl", "ce_scores"] = "jsonl"
+    negatives: int = allowed(1, minimum=1)  # hard negatives per query
+    limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
+    query_max_length: int = allowed(32, minimum=1)
+    doc_max_length: int = allowed(128, minimum=1)
+
+
 
 _Row = tuple[str, str, tuple[str, ...]]  # (query, positive, negatives) before merging
 
@@ -284,7 +303,7 @@ def _attach_teacher(training_set: TrainingSet, data: DataConfig) -> None:
 
 def load_training_set(data: DataConfig) -> TrainingSet:
     """Read the training data described by a ``DataConfig`` (a failed download: one error line, see
-    :func:`spladekit.sources.fetching`)."""
+    :func:`spladekit.common.sources.fetching`)."""
     library = REMOTE_FORMATS.get(data.format)
     with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
         training_set = LOADERS[data.format](data)

@@ -5,18 +5,18 @@ Qrels: ``{query_id: {doc_id: relevance}}``. Two layouts are read:
 * BEIR TSV: header ``query-id<TAB>corpus-id<TAB>score``, then one judgment per line;
 * TREC: ``query_id iteration doc_id relevance`` (whitespace separated, no header).
 
-Ids follow :func:`spladekit.data.lines.check_id` (a BEIR TSV id with a space could not be written back
+Ids follow :func:`spladekit.common.lines.check_id` (a BEIR TSV id with a space could not be written back
 as TREC).
 
-Runs (TREC result files) are :class:`spladekit.run.Run`.
+Runs (TREC result files) are :class:`spladekit.evaluation.run.Run`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from spladekit.data.lines import check_id, numbered_lines
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
+from spladekit.common.lines import check_id, numbered_lines
 
 Qrels = dict[str, dict[str, int]]
 

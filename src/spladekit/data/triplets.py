@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spladekit.data.lines import numbered_lines
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
+from spladekit.common.lines import numbered_lines
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from spladekit.atomic import atomic_file
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.atomic import atomic_file
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
 from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
 from spladekit.train.monitors import read_metrics

@@ -8,7 +8,7 @@ Sweep file (YAML)::
       - {name: tiny, id: ../shared/models/splade-tiny-msmarco}
       - {name: tiny-x8, id: ../shared/models/splade-tiny-msmarco, inflate: 8}   # head × 8 (simulated)
     k: [1, 4, 16, auto]          # default grid; a backbone may set its own `k:` / `modes:`
-    modes: [tied, untie]          # or auto: spladekit.rescaling picks per k (head.recommend_mode)
+    modes: [tied, untie]          # or auto: spladekit.model.rescaling picks per k (head.recommend_mode)
     seeds: [0, 1, 2]              # optional: every run once per seed (default: the recipe's seed, once)
     baselines: [untouched, bm25]  # default: both; [] for none
     evaluation: {data: [../shared/data/scifact, dl19], split: test, max_length: 256}
@@ -35,19 +35,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from spladekit.atomic import atomic_file
-from spladekit.backbone import check_model_folder, remote_code_hint, vocab_projection
-from spladekit.data.lines import expect, read_json
+from spladekit.common.atomic import atomic_file
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import expect, read_json
+from spladekit.common.schema import allowed
+from spladekit.common.sources import is_local, is_local_model
 from spladekit.data.suites import SUITES
-from spladekit.diagnosis import diagnose
-from spladekit.encoder import SparseEncoder
-from spladekit.errors import InputError, SpladekitError
-from spladekit.evaluate import evaluate_data
-from spladekit.evaluation_result import EvaluationResult
-from spladekit.head import RESCALE_MODES, inflate, parse_k
-from spladekit.model_loading import load_model
-from spladekit.schema import allowed
-from spladekit.sources import is_local, is_local_model
+from spladekit.evaluation.evaluate import evaluate_data
+from spladekit.evaluation.result import EvaluationResult
+from spladekit.experiments.inflate import inflate
+from spladekit.model.backbone import check_model_folder, remote_code_hint, vocab_projection
+from spladekit.model.diagnosis import diagnose
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.head import RESCALE_MODES, parse_k
+from spladekit.model.loading import load_model
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.config import apply_override, build_dataclass, config_from_dict, read_yaml
 from spladekit.train.loop import train
@@ -71,7 +72,7 @@ class BackboneSpec:
     trust_remote_code: bool = False
     inflate: Union[float, None] = allowed(None, minimum=0, exclusive=True)  # simulate a high-norm head: W_head × inflate before training
     # tied: the shared matrix (inputs too); untie: a head copy; transform: the MLM transform output (tie kept);
-    # positions: the position embeddings (spladekit.head.inflate)
+    # positions: the position embeddings (spladekit.experiments.inflate.inflate)
     inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
     rescale_bias: bool = False  # divide the head bias by k too (the bias-division ablation)
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
@@ -493,7 +494,7 @@ def baseline_plan(sweep: SweepConfig) -> list[tuple[str, BackboneSpec | None]]:
 def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, output: Path) -> dict:
     """Evaluate one baseline into ``baselines/<name>/`` (skipped when done): the backbone as training starts
     from it (an inflated variant included), or BM25."""
-    from spladekit.baselines import evaluate_bm25_data
+    from spladekit.evaluation.baselines import evaluate_bm25_data
 
     folder = output / BASELINES_DIR / name
     record_path = folder / RUN_FILE

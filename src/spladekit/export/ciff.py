@@ -5,7 +5,7 @@ A CIFF file is a sequence of protobuf messages, each prefixed by its varint-enco
 one ``PostingsList`` per term (``term``, ``df``, ``cf``, postings ``(docid gap, tf)`` in docid order), then
 one ``DocRecord`` per document (``docid``, ``collection_docid``, ``doclength``). Written here:
 
-* **impacts**: ``tf = round(w × scale)`` (:func:`spladekit.vectors_ops.quantize`; ``scale`` 100 by default,
+* **impacts**: ``tf = round(w × scale)`` (:func:`spladekit.common.sparse.quantize`; ``scale`` 100 by default,
   as Anserini's SPLADE impact indexes and pyterrier-ciff use). A weight that rounds to 0 is dropped (it is
   no posting, and ``df`` does not count it); every kept tf is an integer ≥ 1. The scale is recorded in the
   header's ``description``. A dot product over the impacts is ``scale²`` × the float one up to rounding
@@ -56,10 +56,10 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from spladekit.atomic import final_path, open_output
-from spladekit.errors import SpladekitError
-from spladekit.vectors import Vectors
-from spladekit.vectors_ops import quantize
+from spladekit.common.atomic import final_path, open_output
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import quantize
+from spladekit.vectors.artifact import Vectors
 
 DEFAULT_SCALE = 100.0
 DEFAULT_BUCKET_POSTINGS = 2**23

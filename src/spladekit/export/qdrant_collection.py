@@ -7,7 +7,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from spladekit.atomic import final_path, open_output
+from spladekit.common.atomic import final_path, open_output
 from spladekit.index.qdrant import QdrantSearcher
 
 

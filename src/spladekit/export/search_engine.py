@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.atomic import atomic_directory, final_path
-from spladekit.errors import SpladekitError
+from spladekit.common.atomic import atomic_directory, final_path
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sources import fetching
+from spladekit.common.sparse import keep_top_weights, quantize
 from spladekit.export.feature_names import escape_feature
-from spladekit.foreign_models import resolve_model_folder
-from spladekit.sources import fetching
-from spladekit.vectors_ops import keep_top_weights, quantize
+from spladekit.model.foreign import resolve_model_folder
 
 # engine → accepted field types, the first being the default
 ENGINES = {"opensearch": ("rank_features",), "elasticsearch": ("sparse_vector", "rank_features")}

@@ -15,15 +15,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from spladekit.atomic import atomic_directory
-from spladekit.backbone import quiet_transformers
-from spladekit.encoder import METADATA_FILE
-from spladekit.errors import SpladekitError
-from spladekit.model_card import write_model_card
+from spladekit.common.atomic import atomic_directory
+from spladekit.common.errors import SpladekitError
+from spladekit.model.backbone import quiet_transformers
+from spladekit.model.card import write_model_card
+from spladekit.model.encoder import METADATA_FILE
 
 if TYPE_CHECKING:
-    from spladekit.encoder import SparseEncoder
-    from spladekit.inference_free import InferenceFreeEncoder
+    from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.inference_free import InferenceFreeEncoder
 
 STAGED_MODEL = "_mlm"
 
@@ -51,7 +51,7 @@ def export_sentence_transformers(encoder: SparseEncoder | InferenceFreeEncoder, 
 
 def _write(st: ModuleType, encoder: SparseEncoder | InferenceFreeEncoder, output: Path, overwrite: bool,
            trust_remote_code: bool) -> None:
-    from spladekit.inference_free import InferenceFreeEncoder
+    from spladekit.model.inference_free import InferenceFreeEncoder
 
     with atomic_directory(output, overwrite=overwrite) as staging:
         encoder.save(staging / STAGED_MODEL)

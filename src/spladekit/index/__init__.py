@@ -1,11 +1,12 @@
-"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, pisa, qdrant, milvus."""
+"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, pisa, qdrant, milvus.
+May import: ``common``."""
 
 from pathlib import Path
 from typing import Any
 
 import scipy.sparse as sp
 
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.index.base import Searcher, SearchResult
 from spladekit.index.bmp import BmpSearcher
 from spladekit.index.exact import ExactSearcher
@@ -14,7 +15,7 @@ from spladekit.index.params import Param
 from spladekit.index.pisa import PisaSearcher
 from spladekit.index.qdrant import QdrantSearcher
 from spladekit.index.seismic import SeismicSearcher
-from spladekit.index.store import MANIFEST, read_manifest, read_searcher
+from spladekit.index.store import MANIFEST, read_manifest
 
 BACKENDS: dict[str, type[Searcher]] = {
     searcher.name: searcher for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, PisaSearcher, QdrantSearcher,
@@ -34,7 +35,7 @@ def load_index(path: str | Path) -> Searcher:
     backend = read_manifest(path)["backend"]
     if backend not in BACKENDS:
         raise InputError(f"unknown index backend {backend!r}", Path(path) / MANIFEST)
-    return read_searcher(path, BACKENDS[backend])
+    return BACKENDS[backend].load(path)
 
 
 def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any) -> Searcher:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import SpladekitError
+from spladekit.common.atomic import atomic_directory
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import read_id_list, reading
 from spladekit.index.params import Param, check_values
-from spladekit.index.store import read_searcher, write_index
+from spladekit.index.store import IDS_FILE, MANIFEST, read_manifest, write_manifest
 
 
 @dataclass
@@ -21,7 +24,7 @@ class SearchResult:
     """Top-k per query: row i holds the document *row numbers* (int64, -1 = no hit) and their scores; k is
     the requested k capped at the number of documents (:meth:`Searcher.result_size`).
 
-    With the query and document ids it becomes a :class:`spladekit.run.Run` (``Run.from_hits``)."""
+    With the query and document ids it becomes a :class:`spladekit.evaluation.run.Run` (``Run.from_hits``)."""
 
     doc_indices: np.ndarray  # n_queries × min(k, n_docs), int64
     scores: np.ndarray  # n_queries × min(k, n_docs), float32
@@ -106,12 +109,47 @@ class Searcher(abc.ABC):
         """The names of the files ``read_files`` reads, for an index built with ``params``: loading refuses a
         manifest that does not list (hence verify) each of them."""
 
-    def save(self, path: str | Path, meta: dict | None = None, overwrite: bool = False) -> None:
-        write_index(path, self, meta=meta, overwrite=overwrite)
+    def save(self, path: str | Path, meta: dict | None = None, overwrite: bool = False) -> Path:
+        """Write this index (and its ``doc_ids``, if any) as an index folder, atomically (:mod:`.store`)."""
+        with atomic_directory(path, overwrite=overwrite) as staging:
+            self.write_files(staging)
+            if self.doc_ids is not None:
+                if len(self.doc_ids) != self.n_docs:
+                    raise SpladekitError(f"{self.n_docs} documents but {len(self.doc_ids)} ids")
+                (staging / IDS_FILE).write_text(json.dumps(self.doc_ids), encoding="utf-8")
+            write_manifest(staging, self.name, self.vocab_size, self.n_docs, self.params, meta)
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | Path) -> Searcher:
-        return read_searcher(path, cls)
+        """Load the index folder ``path`` with this backend, which must be the one named in its manifest.
+
+        Every file the backend reads (``stored_files``) must be listed in the manifest, hence verified; the
+        stored values of declared parameters are checked against the declarations; a backend file that still
+        cannot be read is an :class:`InputError` naming the folder."""
+        path = Path(path)
+        manifest = read_manifest(path)
+        manifest_path = path / MANIFEST
+        if manifest["backend"] != cls.name:
+            raise SpladekitError(f"{path}: this is a {manifest['backend']!r} index, not {cls.name!r}")
+        declared = {param.name for param in cls.declared_params}  # others are derived (e.g. bmp's scale)
+        try:
+            checked = cls.check_params({name: value for name, value in manifest["params"].items() if name in declared})
+        except SpladekitError as error:
+            raise InputError(f"stored parameters: {error}", manifest_path) from None
+        params = manifest["params"] | checked
+        manifest = manifest | {"params": params}
+        unlisted = [name for name in cls.stored_files(params) if name not in manifest["files"]]
+        if unlisted:
+            raise InputError(f"the manifest does not list {', '.join(unlisted)} (a {cls.name} index reads it), "
+                             "so it cannot be verified; rebuild the index", manifest_path)
+        with reading(path, f"{cls.name} index"):
+            searcher = cls.read_files(path, manifest)
+        ids_path = path / IDS_FILE
+        searcher.doc_ids = read_id_list(ids_path) if ids_path.is_file() else None
+        if searcher.doc_ids is not None and len(searcher.doc_ids) != manifest["n_docs"]:
+            raise InputError(f"{len(searcher.doc_ids)} ids for {manifest['n_docs']} documents", ids_path)
+        return searcher
 
     @classmethod
     def check_params(cls, values: dict, role: str = "build") -> dict:

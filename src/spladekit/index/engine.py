@@ -17,9 +17,9 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import best_first
 from spladekit.index.base import SearchResult
-from spladekit.vectors_ops import best_first
 
 DOCUMENTS_FILE = "documents.npz"
 

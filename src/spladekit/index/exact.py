@@ -37,9 +37,9 @@ import scipy.sparse as sp
 # copies them (about half as fast when measured for issue 13, and the copy did not gain from threads).
 from scipy.sparse._sparsetools import csc_matvec
 
+from spladekit.common.sparse import best_first
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
-from spladekit.vectors_ops import best_first
 
 POSTINGS_FILE = "postings.npz"
 

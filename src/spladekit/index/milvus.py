@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param

@@ -17,7 +17,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
 
 ROLES = ("build", "search")
 TYPES = (int, float, bool, str)

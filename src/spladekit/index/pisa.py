@@ -49,10 +49,10 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from spladekit.errors import SpladekitError
+from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import best_first, quantize
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
-from spladekit.vectors_ops import best_first, quantize
 
 logger = logging.getLogger("spladekit")
 

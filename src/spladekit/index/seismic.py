@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.errors import InputError
+from spladekit.common.errors import InputError
+from spladekit.common.sparse import best_first
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
-from spladekit.vectors_ops import best_first
 
 INDEX_PREFIX = "seismic"
 INDEX_FILE = f"{INDEX_PREFIX}.index.seismic"

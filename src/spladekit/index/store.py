@@ -12,14 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from spladekit.atomic import atomic_directory
-from spladekit.data.lines import describe, expect, read_id_list, reading
-from spladekit.errors import InputError, SpladekitError
-
-if TYPE_CHECKING:
-    from spladekit.index.base import Searcher
+from spladekit.common.errors import InputError
+from spladekit.common.lines import describe, expect
 
 FORMAT = "spladekit-index"
 FORMAT_VERSION = 1
@@ -35,30 +30,12 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def write_index(path: str | Path, searcher: Searcher, meta: dict | None = None, overwrite: bool = False) -> Path:
-    """Write ``searcher`` (and its ``doc_ids``, if any) as an index folder."""
-    with atomic_directory(path, overwrite=overwrite) as staging:
-        searcher.write_files(staging)
-        if searcher.doc_ids is not None:
-            if len(searcher.doc_ids) != searcher.n_docs:
-                raise SpladekitError(f"{searcher.n_docs} documents but {len(searcher.doc_ids)} ids")
-            (staging / IDS_FILE).write_text(json.dumps(searcher.doc_ids), encoding="utf-8")
-        files = {
-            item.name: {"sha256": sha256_file(item), "bytes": item.stat().st_size}
-            for item in sorted(staging.iterdir())
-        }
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "backend": searcher.name,
-            "vocab_size": searcher.vocab_size,
-            "n_docs": searcher.n_docs,
-            "params": searcher.params,
-            "files": files,
-            "meta": meta or {},
-        }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-    return Path(path)
+def write_manifest(staging: Path, backend: str, vocab_size: int, n_docs: int, params: dict, meta: dict | None) -> None:
+    """``manifest.json`` for the files already in ``staging``: their sizes and sha256, the backend and its parameters."""
+    files = {item.name: {"sha256": sha256_file(item), "bytes": item.stat().st_size} for item in sorted(staging.iterdir())}
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "backend": backend, "vocab_size": vocab_size,
+                "n_docs": n_docs, "params": params, "files": files, "meta": meta or {}}
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
 
 
 def read_manifest(path: str | Path) -> dict:
@@ -114,34 +91,3 @@ def _check_entry(name: str, expected: object, manifest_path: Path) -> None:
         raise InputError(f"files[{name!r}].sha256 must be 64 lowercase hex digits, got {describe(digest)}", manifest_path)
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InputError(f"files[{name!r}].bytes must be a non-negative integer, got {describe(size)}", manifest_path)
-
-
-def read_searcher(path: str | Path, backend: type[Searcher]) -> Searcher:
-    """Load the index folder ``path`` with ``backend``, which must be the one named in its manifest.
-
-    Every file the backend reads (``backend.stored_files``) must be listed in the manifest, hence verified;
-    the stored values of declared parameters are checked against the declarations; a backend file that still cannot
-    be read is an :class:`InputError` naming the folder."""
-    path = Path(path)
-    manifest = read_manifest(path)
-    manifest_path = path / MANIFEST
-    if manifest["backend"] != backend.name:
-        raise SpladekitError(f"{path}: this is a {manifest['backend']!r} index, not {backend.name!r}")
-    declared = {param.name for param in backend.declared_params}  # others are derived (e.g. bmp's scale)
-    try:
-        checked = backend.check_params({name: value for name, value in manifest["params"].items() if name in declared})
-    except SpladekitError as error:
-        raise InputError(f"stored parameters: {error}", manifest_path) from None
-    params = manifest["params"] | checked
-    manifest = manifest | {"params": params}
-    unlisted = [name for name in backend.stored_files(params) if name not in manifest["files"]]
-    if unlisted:
-        raise InputError(f"the manifest does not list {', '.join(unlisted)} (a {backend.name} index reads it), "
-                         "so it cannot be verified; rebuild the index", manifest_path)
-    with reading(path, f"{backend.name} index"):
-        searcher = backend.read_files(path, manifest)
-    ids_path = path / IDS_FILE
-    searcher.doc_ids = read_id_list(ids_path) if ids_path.is_file() else None
-    if searcher.doc_ids is not None and len(searcher.doc_ids) != manifest["n_docs"]:
-        raise InputError(f"{len(searcher.doc_ids)} ids for {manifest['n_docs']} documents", ids_path)
-    return searcher

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from spladekit.atomic import atomic_directory
-from spladekit.data.lines import reading
-from spladekit.errors import InputError, SpladekitError
+from spladekit.common.atomic import atomic_directory
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import reading
 
 if TYPE_CHECKING:
-    from spladekit.model_loading import RetrievalModel
+    from spladekit.model.loading import RetrievalModel
 
 PREFIX = "step-"
 

@@ -3,7 +3,7 @@
 Every key is checked against the schema: a key that does not exist is an error naming the closest
 existing key (``difflib``), a value of the wrong type or outside its choices is an error naming the key.
 Allowed ranges are declared once, next to each field (``allowed(default, minimum=…)``, see
-:mod:`spladekit.schema`), and every number must be finite; they are checked key by key while the file
+:mod:`spladekit.common.schema`), and every number must be finite; they are checked key by key while the file
 is read (:func:`build_dataclass`, which sweep files use too) and again by :func:`validate` for configs
 built in Python, before any work.
 The fully resolved configuration (defaults filled in, ``rescale.k/mode: auto`` replaced by the value it
@@ -22,9 +22,10 @@ from typing import Any, Literal, NoReturn
 
 import yaml
 
-from spladekit.atomic import atomic_file
-from spladekit.errors import InputError, SpladekitError
-from spladekit.schema import allowed, check_declared, check_value, type_options
+from spladekit.common.atomic import atomic_file
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.schema import allowed, check_declared, check_value, type_options
+from spladekit.data.training import DataConfig
 
 
 @dataclass
@@ -47,25 +48,6 @@ class RescaleConfig:
     mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
     rescale_bias: bool = False
     auto_pairs: int = allowed(64, minimum=1)  # training (query, positive) pairs that "auto" diagnoses the head on
-
-
-@dataclass
-class DataConfig:
-    format: Literal["triplets", "id_triplets", "hard_negatives", "ir_datasets", "hf"] = "triplets"
-    path: str = ""  # TSV file, hard-negatives JSONL, ir_datasets id or HF dataset name/folder
-    queries: str | None = None  # id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)
-    collection: str | None = None  # id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)
-    header: bool = False  # id_triplets: the first line is a header
-    columns: int | None = allowed(None, minimum=3)  # triplet TSVs: use only the first N columns (query, positive, negatives…)
-    negative_systems: list | None = None  # hard_negatives: which systems' negatives (None: all)
-    hf_config: str | None = None
-    split: str = "train"
-    teacher: str | None = None  # teacher scores for distillation
-    teacher_format: Literal["jsonl", "ce_scores"] = "jsonl"
-    negatives: int = allowed(1, minimum=1)  # hard negatives per query
-    limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
-    query_max_length: int = allowed(32, minimum=1)
-    doc_max_length: int = allowed(128, minimum=1)
 
 
 @dataclass
@@ -272,7 +254,7 @@ def save_config(config: TrainConfig, path: Path, header: str = "") -> None:
 
 def validate(config: TrainConfig, source: str | None = None) -> None:
     """Value ranges and combinations that cannot work together."""
-    from spladekit.head import parse_k  # lazily: the config schema itself needs no torch
+    from spladekit.model.head import parse_k  # lazily: the config schema itself needs no torch
 
     def fail(message: str) -> NoReturn:
         raise InputError(message, source)

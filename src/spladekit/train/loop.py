@@ -7,7 +7,7 @@ Objective (Formal et al., "SPLADE v2", arXiv:2109.10086, eq. 4):
 with L_rank one of ``losses.LOSSES`` and R one of ``regularizers.REGULARIZERS``. AdamW, linear LR
 warm-up then linear decay to 0, gradient clipping, optional bf16 autocast.
 
-``model.kind: inference-free`` (:mod:`spladekit.inference_free`) trains a SPLADE document encoder and a
+``model.kind: inference-free`` (:mod:`spladekit.model.inference_free`) trains a SPLADE document encoder and a
 per-token query weight table instead: Q holds ``w_v`` for the distinct tokens of each query, the table
 starts from the IDF of the training documents and has its own learning rate (``model.query_weights_lr``,
 sentence-transformers' recipe: 1e-3 for ``SparseStaticEmbedding.weight``, no weight decay). The same
@@ -48,19 +48,19 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from spladekit.atomic import InPlace, check_new_output, open_in_place
-from spladekit.backbone import remote_code_hint
+from spladekit.common import distributed
+from spladekit.common.atomic import InPlace, check_new_output, open_in_place
+from spladekit.common.devices import autocast
+from spladekit.common.errors import SpladekitError
 from spladekit.data.training import Example, TrainingSet, load_training_set
-from spladekit.devices import autocast
-from spladekit.diagnosis import diagnose, step0_warnings
-from spladekit.encoder import SparseEncoder, non_finite_weights
-from spladekit.errors import SpladekitError
-from spladekit.evaluate import evaluate_data
-from spladekit.head import embedding_norms, head_norms
-from spladekit.inference_free import InferenceFreeEncoder, idf_weights
-from spladekit.model_loading import RetrievalModel, load_model
-from spladekit.rescaling import RescaleRecord, apply_rescale, resolve_rescale
-from spladekit.train import distributed
+from spladekit.evaluation.evaluate import evaluate_data
+from spladekit.model.backbone import remote_code_hint
+from spladekit.model.diagnosis import diagnose, step0_warnings
+from spladekit.model.encoder import SparseEncoder, non_finite_weights
+from spladekit.model.head import embedding_norms, head_norms
+from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+from spladekit.model.loading import RetrievalModel, load_model
+from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale
 from spladekit.train.checkpoint import (
     checkpoints,
     load_training_state,
@@ -113,9 +113,9 @@ class TrainedRun:
 
 def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[RetrievalModel, RescaleRecord]:
     """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
-    :func:`spladekit.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
+    :func:`spladekit.model.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
     (query, positive) pairs of the training data). ``model.kind: inference-free`` adds the query weight
-    table, initialised from the IDF of the training set's documents (:func:`spladekit.inference_free.idf_weights`)."""
+    table, initialised from the IDF of the training set's documents (:func:`spladekit.model.inference_free.idf_weights`)."""
     backbone, setting = config.backbone, config.rescale
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
     record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
@@ -138,7 +138,7 @@ def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]
 
 def warn_at_step_zero(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet,
                       rescaling: RescaleRecord) -> list[str]:
-    """Log :func:`spladekit.diagnosis.step0_warnings` for the head training starts from."""
+    """Log :func:`spladekit.model.diagnosis.step0_warnings` for the head training starts from."""
     report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
     warnings = step0_warnings(report, embeddings_warned=rescaling.mode == "tied")
     for warning in warnings:
@@ -179,7 +179,7 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
 def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
     """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
     output.mkdir(parents=True, exist_ok=True)
-    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.rescaling)\n"
+    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
                    for key in record.auto)
     save_config(config, output / CONFIG_FILE, header=note)
 
@@ -293,7 +293,7 @@ def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]]
 
 def weight_norms(model: PreTrainedModel) -> dict[str, float | None]:
     """What rescaling moved, tracked over training: the head's Frobenius and mean row norm, its bias mean and
-    spread, and the word / position embedding norms (:func:`spladekit.head.embedding_norms`)."""
+    spread, and the word / position embedding norms (:func:`spladekit.model.head.embedding_norms`)."""
     head = head_norms(model)
     return {"head_norm": head["frobenius_norm"], "head_mean_row_norm": head["mean_row_norm"],
             "bias_mean": head["bias_mean"], "bias_std": head["bias_std"], **embedding_norms(model)}
@@ -315,7 +315,7 @@ def split_batch(examples: list[Example], accumulation: int, processes: distribut
 
 
 def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> None:
-    """Evaluate the model as it is now with ``spladekit.evaluate`` and log the results."""
+    """Evaluate the model as it is now with ``spladekit.evaluation.evaluate`` and log the results."""
     setting = config.evaluation
     # called only when evaluation.data is set
     result = evaluate_data(encoder, cast(str, setting.data), split=setting.split, batch_size=setting.batch_size,
@@ -338,10 +338,10 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
           device: str | None = "auto") -> TrainedRun:
     """Train a SPLADE model into ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``,
     ``checkpoints/``); ``config`` is not modified, the resolved one is returned. Run under ``torchrun``
-    for several processes. ``device``: see :func:`spladekit.devices.resolve_device` (``auto``: each
+    for several processes. ``device``: see :func:`spladekit.common.devices.resolve_device` (``auto``: each
     process's GPU when CUDA is available, else the CPU).
 
-    ``output`` is locked for the whole run (:func:`spladekit.atomic.open_in_place`): a second ``train``
+    ``output`` is locked for the whole run (:func:`spladekit.common.atomic.open_in_place`): a second ``train``
     into it fails at once. With ``overwrite``, an existing run is left untouched until the config, the
     training data and the backbone are loaded; it is then moved aside, deleted when the new run
     completes, and put back (the new run's files discarded) if the new run fails."""

@@ -19,14 +19,14 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spladekit.atomic import atomic_file
-from spladekit.data.lines import expect
-from spladekit.errors import InputError
+from spladekit.common.atomic import atomic_file
+from spladekit.common.errors import InputError
+from spladekit.common.lines import expect
 
 logger = logging.getLogger("spladekit")
 
 METRICS_FILE = "metrics.jsonl"
-EVALUATION_FILE = "evaluation.jsonl"  # one object per evaluation: step + the results of spladekit.evaluate
+EVALUATION_FILE = "evaluation.jsonl"  # one object per evaluation: step + the results of spladekit.evaluation.evaluate
 
 
 def read_metrics(output: Path, name: str = METRICS_FILE, numbers: tuple[str, ...] = ("step",)) -> list[dict]:

@@ -1,0 +1,106 @@
+"""Operations on sparse weights that encoding, indexing, evaluation, export and the search backends must do
+identically.
+
+``best_first``: the one ordering rule of spladekit (score descending, then lower key first), used for search
+hits (key = document row) and for per-vector pruning (key = term id), so that every backend and every export
+breaks ties the same way. ``keep_top_weights``: that rule applied to every row of a CSR matrix at once
+(``max_active_dims``: at encode time, in the index, in evaluation and in exports). ``quantize``: weights to
+whole numbers ``round(w × scale)``, for search-engine exports (impact indexes) and for BMP's 8-bit impacts.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, cast, overload
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from spladekit.common.errors import SpladekitError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def best_first(keys: np.ndarray, scores: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Positions of the ``k`` best entries (all when ``k`` is None), best first: score descending, then key
+    ascending. Above ``k`` entries, a partition keeps only those scoring at least the k-th before sorting."""
+    positions = np.arange(len(scores))
+    if k is not None and len(scores) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        positions = np.flatnonzero(scores >= kth)
+    return positions[np.lexsort((keys[positions], -scores[positions]))][:k]
+
+
+def check_max_active_dims(k: int | None) -> None:
+    """``max_active_dims`` is None (no pruning) or a whole number >= 1; anything else is a SpladekitError."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1):
+        raise SpladekitError(f"max_active_dims must be a whole number >= 1, got {k!r}")
+
+
+def keep_top_weights(matrix: sp.spmatrix, k: int) -> sp.csr_matrix:
+    """The ``k`` largest stored weights of every row, the rest dropped (rows with at most ``k`` keep all).
+
+    Ties follow :func:`best_first` (weight descending, then lower term id), so the result is deterministic.
+    Vectorised over the CSR arrays: one ``lexsort`` of (row, -weight, term id) gives each entry its rank in
+    its row, ``rank = position - first position of the row``, and entries with ``rank < k`` are kept (in
+    their original column order).
+    """
+    check_max_active_dims(k)
+    matrix = sp.csr_matrix(matrix, copy=True)  # the input is never modified
+    matrix.sum_duplicates()  # one stored weight per (row, term)
+    lengths = np.diff(matrix.indptr)
+    if not (lengths > k).any():
+        return matrix
+    rows = np.repeat(np.arange(matrix.shape[0]), lengths)
+    order = np.lexsort((matrix.indices, -matrix.data, rows))  # by row, then weight descending, then term id
+    rank = np.empty(matrix.nnz, dtype=np.int64)
+    rank[order] = np.arange(matrix.nnz) - matrix.indptr[rows]  # rows is sorted, so rows[order] == rows
+    keep = rank < k
+    indptr = np.concatenate([[0], np.cumsum(np.minimum(lengths, k))])
+    return sp.csr_matrix((matrix.data[keep], matrix.indices[keep], indptr), shape=matrix.shape, dtype=matrix.dtype)
+
+
+@overload
+def quantize(weights: np.ndarray, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> np.ndarray: ...
+@overload
+def quantize(weights: sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> sp.csr_matrix: ...
+def quantize(
+    weights: np.ndarray | sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None
+) -> np.ndarray | sp.csr_matrix:
+    """Weights → ``round(w × scale)`` (like Anserini/Lucene impact indexes), as ``dtype`` (default: unchanged).
+
+    ``minimum`` raises every level below it (BMP: ``minimum=1`` keeps every positive weight positive). A
+    sparse matrix is quantized in its stored weights and the zeros rounding produces are dropped. The dot
+    product is multiplied by about ``scale²`` for every document alike, so rankings are kept up to the
+    rounding error (≤ 0.5/scale per weight).
+    """
+    if not np.isfinite(scale) or scale <= 0:
+        raise SpladekitError(f"quantization scale must be a positive finite number, got {scale}")
+    if sp.issparse(weights):
+        quantized = cast(sp.spmatrix, weights).tocsr().copy()  # issparse() does not narrow the type
+        quantized.data = quantize(quantized.data, scale, minimum, dtype)
+        quantized.eliminate_zeros()
+        return quantized
+    levels = np.rint(weights * scale)
+    if minimum is not None:
+        levels = np.maximum(minimum, levels)
+    return levels.astype(dtype or weights.dtype)
+
+
+def dense_to_csr(batch: torch.Tensor) -> sp.csr_matrix:
+    """B × V torch tensor → float32 CSR, keeping only strictly positive entries' structure."""
+    with warnings.catch_warnings():  # "sparse CSR support is in beta": conversion only, which is stable
+        warnings.simplefilter("ignore", UserWarning)
+        sparse = batch.detach().float().cpu().to_sparse_csr()
+    return sp.csr_matrix(
+        (sparse.values().numpy(), sparse.col_indices().numpy(), sparse.crow_indices().numpy()),
+        shape=tuple(batch.shape),
+        dtype=np.float32,
+    )
+
+
+def nnz_per_row(matrix: sp.csr_matrix) -> np.ndarray:
+    """Stored entries per row (SPLADE stores only positive weights, so: active terms per text)."""
+    return np.diff(matrix.indptr)

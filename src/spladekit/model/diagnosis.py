@@ -1,0 +1,227 @@
+"""``diagnose``: what a backbone's vocabulary projection looks like and what SPLADE vectors it gives
+before any training — head norms, tying, bias, initial sparsity and scores, and the recommended k.
+
+**auto-k** (:func:`recommend_k`): the smallest k in :data:`AUTO_K_CANDIDATES` whose initial median
+positive-pair score on the sample is at most ``AUTO_K_TOLERANCE × REFERENCE_PAIR_SCORE``, the score of a
+healthy trained SPLADE model (see the constants). Inflated initial scores make the ranking loss saturate
+at once and the FLOPS term then fight it (the collapse of Jang et al., arXiv:2606.18811); the smallest
+such k avoids over-rescaling, where all scores become equal.
+
+Each candidate is scored on the model that rescaling by k in the given mode actually produces: ``untie``
+(or any untied head) divides the head only, so the hidden states are computed once; ``tied`` on a tied
+model divides the shared matrix, which also shrinks the input word embeddings and so changes the hidden
+states: the backbone runs once per candidate on the divided matrix (restored bit for bit afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from spladekit.common.errors import SpladekitError
+from spladekit.data.samples import SAMPLE_PAIRS
+from spladekit.model.backbone import is_tied, projection_path, vocab_projection
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.head import RESCALE_MODES, head_norms, recommend_mode, rescale_record, word_position_ratio
+from spladekit.model.pooling import splade_max_pool_fused
+
+# auto-k: candidates, and the typical initial query–document score of a healthy SPLADE model: the median
+# positive-pair score of the trained ../shared/models/splade-tiny-msmarco on SAMPLE_PAIRS below
+# (15.7, from `spladekit diagnose ../shared/models/splade-tiny-msmarco`, field median_pair_score).
+AUTO_K_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+REFERENCE_PAIR_SCORE = 16.0
+AUTO_K_TOLERANCE = 2.0
+
+
+
+
+@dataclass
+class HeadReport:
+    """What the vocabulary projection looks like, and what SPLADE vectors it gives before training."""
+
+    architecture: str
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    head_param: str
+    tied: bool
+    frobenius_norm: float
+    mean_row_norm: float
+    max_row_norm: float
+    bias_mean: float | None
+    bias_std: float | None
+    avg_q_nnz: float
+    avg_d_nnz: float
+    mean_term_weight: float
+    max_term_weight: float
+    median_pair_score: float
+    mean_score: float
+    recommended_k: float
+    recommended_mode: str = "tied"
+    k_scored_as: str = "tied"  # the rescaling each candidate k was scored under: tied (shared matrix) or untie (head only)
+    word_position_ratio: float | None = None
+    rescale: dict | None = None
+    fresh_keys: list[str] = field(default_factory=list)
+    scores_by_k: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int,
+                 mode: str = "untie") -> dict[float, torch.Tensor]:
+    """SPLADE vectors of the model rescaled by each candidate k in ``mode`` (see the module docstring).
+
+    Pooled with the fused implementation, which never holds the B × L × V logits: on the 64 training pairs
+    that ``rescale.k: auto`` diagnoses (128 tokens, V = 30,522) the naive one held 1 GB of logits and three
+    more tensors of that size, and the training's peak memory was this diagnosis (3.5 GB)."""
+    batch = encoder.tokenize(texts, max_length=max_length)
+    with torch.inference_mode():
+        if mode == "tied" and is_tied(encoder.model):
+            pooled = {}
+            for k in candidates:
+                with _shared_matrix_divided(encoder, k):
+                    hidden, projection = encoder.head_inputs(batch)
+                    pooled[k] = splade_max_pool_fused(hidden, projection.weight, projection.bias,
+                                                      batch["attention_mask"]).float()
+            return pooled
+        hidden, projection = encoder.head_inputs(batch)
+        return {
+            k: splade_max_pool_fused(hidden, projection.weight / k, projection.bias, batch["attention_mask"]).float()
+            for k in candidates
+        }
+
+
+@contextlib.contextmanager
+def _shared_matrix_divided(encoder: SparseEncoder, k: float) -> Iterator[None]:
+    """The tied head/input matrix divided by k for the block (as ``rescale(mode="tied")`` leaves it), then the
+    original values restored from a copy (exactly, whatever k)."""
+    weight = vocab_projection(encoder.model).weight
+    original = weight.detach().clone()
+    with torch.no_grad():
+        weight.div_(k)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            weight.copy_(original)
+
+
+def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFERENCE_PAIR_SCORE,
+                tolerance: float = AUTO_K_TOLERANCE) -> float:
+    """auto-k: the smallest candidate k whose initial median positive-pair score is <= tolerance × reference.
+
+    Rationale: collapse comes from inflated initial scores (InfoNCE saturates at once and the FLOPS
+    term then fights it); bringing the initial score down to the scale of a healthy trained SPLADE model
+    removes that, and taking the *smallest* such k avoids over-rescaling (all scores equal). Scores are
+    computed with only the head divided by k, so the rule needs one forward pass and no training.
+    If no candidate is low enough, the largest is returned; a head that activates nothing gives 1.
+    """
+    ordered = sorted(pair_scores_by_k)
+    if pair_scores_by_k[ordered[0]] <= 0:
+        return float(ordered[0])
+    for k in ordered:
+        if 0 < pair_scores_by_k[k] <= tolerance * reference:
+            return float(k)
+    return float(ordered[-1])
+
+
+def check_scoring_mode(mode: str) -> str:
+    if mode not in (*RESCALE_MODES, "auto"):
+        raise SpladekitError(f"mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
+    return mode
+
+
+def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256,
+             mode: str = "auto") -> HeadReport:
+    """Head statistics plus initial SPLADE statistics on (query, document) sample pairs.
+
+    ``mode``: the rescaling each candidate k is scored under (``tied``, ``untie``), or ``auto``: scored as
+    tied, and when :func:`spladekit.model.head.recommend_mode` then picks ``untie`` for that k, scored again head
+    only and the k of that scoring recommended (the model that will really be trained)."""
+    check_scoring_mode(mode)
+    model = encoder.model
+    queries = [query for query, _ in pairs]
+    documents = [document for _, document in pairs]
+    applied = rescale_record(model)
+
+    def scores(scored_as: str) -> tuple[dict[float, float], torch.Tensor, torch.Tensor]:
+        # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
+        query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length, scored_as)
+        document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length, scored_as)
+        by_k: dict[float, float] = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median())
+                                    for k in AUTO_K_CANDIDATES}
+        return by_k, query_vectors[1], document_vectors[1]
+
+    scored_as = "tied" if mode == "auto" else mode
+    pair_scores, q, d = scores(scored_as)
+    k = recommend_k(pair_scores)
+    recommended_mode = recommend_mode(model, k) if mode == "auto" else mode
+    if recommended_mode != scored_as:
+        scored_as = recommended_mode
+        pair_scores, q, d = scores(scored_as)
+        k = recommend_k(pair_scores)
+    active = torch.cat([q[q > 0], d[d > 0]])
+    projection = vocab_projection(model)
+    config = model.config
+    return HeadReport(
+        architecture=(getattr(config, "architectures", None) or [type(model).__name__])[0],
+        model_type=getattr(config, "model_type", ""),
+        vocab_size=int(projection.weight.shape[0]),
+        hidden_size=int(projection.weight.shape[1]),
+        head_param=projection_path(model) + ".weight",
+        tied=is_tied(model),
+        **head_norms(model),
+        avg_q_nnz=float((q > 0).sum(dim=1).float().mean()),
+        avg_d_nnz=float((d > 0).sum(dim=1).float().mean()),
+        mean_term_weight=float(active.mean()) if active.numel() else 0.0,
+        max_term_weight=float(active.max()) if active.numel() else 0.0,
+        median_pair_score=pair_scores[1],
+        mean_score=float((q @ d.T).mean()),
+        recommended_k=k,
+        recommended_mode=recommended_mode,
+        k_scored_as=scored_as if is_tied(model) else "untie",
+        word_position_ratio=word_position_ratio(model),
+        rescale=applied,
+        fresh_keys=list(encoder.fresh_keys),
+        scores_by_k={str(k): round(score, 4) for k, score in pair_scores.items()},
+    )
+
+
+
+
+def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[str]:
+    """What, before the first step, predicts a collapse (logged by ``train`` on the head it starts from):
+
+    * scores far above a healthy SPLADE model's (median pair score > ``AUTO_K_TOLERANCE`` × the reference):
+      the ranking loss saturates at once and the FLOPS term then fights it;
+    * input word embeddings smaller than the position embeddings (``word_position_ratio`` < 1, what tied
+      rescaling by a large k does to BERT-style models): on splade-tiny, k = 16 tied (ratio 0.10) then
+      trains into a uniform collapse (docs/results/mini-repro.md), which untie mode avoids. ``embeddings_warned``:
+      :func:`spladekit.model.head.rescale` has just said so, as it does when its own tied rescaling causes it.
+      Otherwise the ratio came with the model, and no rescale mode raises it (untie leaves the input
+      embeddings as they are, tied divides them too): the message says where it came from instead of
+      advising untie (docs/results/head-only-inflation.md, P7)."""
+    warnings = []
+    score = report.median_pair_score
+    if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:
+        warnings.append(f"initial median pair score {score:.1f} is {score / REFERENCE_PAIR_SCORE:.1f}× a healthy SPLADE "
+                        f"model's ({REFERENCE_PAIR_SCORE:g}): the ranking loss will saturate; rescale.k=auto would "
+                        f"pick k = {report.recommended_k:g}")
+    ratio = report.word_position_ratio
+    if ratio is not None and ratio < 1 and not embeddings_warned:
+        warnings.append(f"input word embeddings are {ratio:.2f}× the position embeddings (median row norms): positions "
+                        f"outweigh words, the road to a uniform collapse; {low_ratio_origin(report.rescale)}")
+    return warnings
+
+
+def low_ratio_origin(applied: dict | None) -> str:
+    """Where word embeddings below the positions came from, when this run's own rescaling did not cause it."""
+    if applied and applied.get("mode") == "tied" and float(applied.get("k", 1)) > 1:
+        return (f"this model was already tied-rescaled by k = {float(applied['k']):g} (spladekit_rescale in its "
+                "config.json), which divided them: start from the backbone before that, with rescale.mode=untie")
+    return ("they came with the model, and no rescale mode raises them (untie leaves the input embeddings as "
+            "they are, tied divides them too)")

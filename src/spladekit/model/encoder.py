@@ -1,0 +1,357 @@
+"""SparseEncoder: a masked-LM backbone that turns texts into SPLADE vectors (scipy CSR, float32)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from spladekit.common.atomic import atomic_directory
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import describe, expect, read_json
+from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
+from spladekit.model.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
+from spladekit.model.card import write_model_card
+from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
+from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
+
+METADATA_FILE = "spladekit.json"
+DEFAULT_MAX_LENGTH = 256
+# What a text is encoded as: each side has its own token limit (SparseEncoder.side_max_length).
+Side = Literal["query", "document"]
+SIDES: tuple[Side, ...] = ("query", "document")
+# SPLADE max pooling implementations (same values and gradients; see spladekit.model.pooling).
+POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
+    "fused": splade_max_pool_fused,
+    "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
+    "naive": splade_max_pool,
+}
+
+
+def check_side(side: str) -> Side:
+    """``side`` as a :data:`Side`, or a SpladekitError naming the choices."""
+    for known in SIDES:
+        if side == known:
+            return known
+    raise SpladekitError(f"unknown side {side!r}; choose one of {', '.join(SIDES)}")
+
+
+# spladekit.json values read back, with their JSON types (absent or null: not recorded).
+METADATA_TYPES: dict[str, type | tuple[type, ...]] = {"max_length": int, "query_max_length": int, "backbone": str,
+                                                      "spladekit_version": str, "rescale": dict, "pooling": str}
+
+
+def read_metadata(folder: Path) -> dict:
+    """``spladekit.json`` of a saved model (``{}`` when absent): a JSON object whose known values have their
+    types and a positive ``max_length`` / ``query_max_length``; anything else is an :class:`InputError` naming
+    the file."""
+    path = folder / METADATA_FILE
+    if not path.is_file():
+        return {}
+    metadata = read_json(path, dict)
+    for key, kinds in METADATA_TYPES.items():
+        if metadata.get(key) is not None:
+            expect(metadata[key], kinds, f"{key!r}", path)
+    for key in ("max_length", "query_max_length"):
+        if metadata.get(key) is not None and metadata[key] < 1:
+            raise InputError(f"{key!r} must be a positive integer, got {metadata[key]}", path)
+    return metadata
+
+
+def check_rescale_record(record: object, config_file: Path) -> None:
+    """The rescaling a model folder records in its ``config.json`` (``spladekit_rescale``): absent, or
+    ``{"k": positive number, "mode": "tied" | "untie", "rescale_bias": bool}``."""
+    if record is None:
+        return
+    what = f"{CONFIG_ATTRIBUTE!r}"
+    expect(record, dict, what, config_file)
+    assert isinstance(record, dict)  # for mypy: expect() raised otherwise
+    try:
+        parse_k(record.get("k"))
+    except SpladekitError as error:
+        raise InputError(f"{what}: {error}", config_file) from None
+    if record.get("mode") not in RESCALE_MODES:
+        raise InputError(f"{what}: mode must be one of {', '.join(RESCALE_MODES)}, got {describe(record.get('mode'))}",
+                         config_file)
+    expect(record.get("rescale_bias"), bool, f"{what}: rescale_bias", config_file)
+
+
+def non_finite_weights(module: nn.Module) -> list[str]:
+    """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
+
+    Cheap enough to run after every training step (see ``train/loop.py``): one fused max-|w| pass per
+    (device, dtype) group (``torch._foreach_norm`` with ord=inf, which propagates NaN, as
+    ``clip_grad_norm_`` uses) and one host synchronisation per group, usually one."""
+    named = [(name, p) for name, p in module.named_parameters() if p.is_floating_point() and p.numel()]
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, torch.Tensor]]] = {}
+    for name, parameter in named:
+        groups.setdefault((parameter.device, parameter.dtype), []).append((name, parameter))
+    bad = []
+    with torch.no_grad():
+        for members in groups.values():
+            peaks = torch.stack(torch._foreach_norm([p for _, p in members], math.inf))
+            finite = torch.isfinite(peaks)
+            if not bool(finite.all()):
+                bad += [name for (name, _), ok in zip(members, finite.tolist()) if not ok]
+    return bad
+
+
+LENGTH_SLICE = 1024  # texts tokenized at once to measure their lengths
+
+
+class NonFiniteVector(SpladekitError):
+    """A text encoded to a vector with NaN/inf weights (a broken model): refused, never written."""
+
+    def __init__(self, message: str, index: int):
+        super().__init__(message)
+        self.index = index
+
+
+class SparseEncoder(nn.Module):
+    """SPLADE encoder over any ``AutoModelForMaskedLM``.
+
+    ``forward`` returns differentiable B × V vectors (training); ``encode_query`` / ``encode_document``
+    return CSR matrices (inference, length-sorted batches, ``torch.inference_mode``), each side with its own
+    token limit: ``max_length`` for documents (and ``encode``), ``query_max_length`` for queries (``None``:
+    not recorded, queries use ``max_length`` as they always did). ``pooling`` picks the head:
+    ``"fused"`` (default: chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
+    screens the terms under a rounding-error bound, fp32 recomputes the candidates: the same non-zero set,
+    see ``pooling.screen_candidates``) or ``"naive"`` (materializes B × L × V logits).
+    """
+
+    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused",
+                 query_max_length: int | None = None):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
+        self.model = backbone.model
+        self.tokenizer = backbone.tokenizer
+        self.source = backbone.source
+        self.original_backbone = backbone.source  # where a saved spladekit model's training started
+        self.fresh_keys = list(backbone.fresh_keys)
+        self.max_length = max_length
+        self.query_max_length = query_max_length
+        accepted = inspect.signature(self.model.forward).parameters
+        self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
+
+    # ----------------------------------------------------------------- loading and saving
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        rescale_k: float | None = None,
+        rescale_mode: str = "tied",
+        rescale_bias: bool = False,
+        trust_remote_code: bool = False,
+        device: str | None = None,
+        max_length: int | None = None,
+        pooling: str = "fused",
+        query_max_length: int | None = None,
+    ) -> SparseEncoder:
+        """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``).
+
+        ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`). ``max_length`` (document
+        side) and ``query_max_length`` override the token limits the folder records in ``spladekit.json``.
+        ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`spladekit.common.devices.resolve_device`) moves the
+        model there; ``None`` leaves it where it loads (the CPU).
+        """
+        backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
+        metadata = read_metadata(Path(backbone.source))
+        check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
+        max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
+                      or DEFAULT_MAX_LENGTH)
+        encoder = cls(backbone, max_length=max_length, pooling=pooling,
+                      query_max_length=query_max_length or metadata.get("query_max_length"))
+        encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
+        if rescale_k is not None:
+            applied = rescale_record(encoder.model)
+            wanted = {"k": float(rescale_k), "mode": rescale_mode, "rescale_bias": rescale_bias}
+            if applied is None:
+                rescale(encoder.model, rescale_k, mode=rescale_mode, rescale_bias=rescale_bias)
+            elif applied != wanted:
+                raise SpladekitError(
+                    f"{backbone.source}: head already rescaled with {applied}; refusing to apply {wanted} on top. "
+                    "Load the original backbone to rescale differently."
+                )
+        return encoder
+
+    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
+        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically.
+
+        An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
+        Weights holding NaN or inf are refused (:meth:`check_finite`): nothing is written.
+        """
+        from spladekit.common.version import __version__
+
+        self.check_finite(f"{directory}: refusing to save")
+        with atomic_directory(directory, overwrite=overwrite) as staging:
+            with quiet_transformers():
+                self.model.save_pretrained(staging, safe_serialization=True)
+            self.tokenizer.save_pretrained(staging)
+            metadata = {
+                "spladekit_version": __version__,
+                "backbone": self.original_backbone,
+                "max_length": self.max_length,
+                "query_max_length": self.query_max_length,
+                "rescale": rescale_record(self.model),
+                "pooling": "max log(1 + relu(logits)) over non-padding tokens",
+            }
+            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+            write_model_card(staging, self, name=directory)
+        return Path(directory)
+
+    def check_finite(self, action: str) -> None:
+        """SpladekitError ``"{action}: …"`` naming the tensors when any weight is NaN or inf."""
+        bad = non_finite_weights(self.model)
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            raise SpladekitError(f"{action}: the model's weights hold NaN or inf ({', '.join(bad[:3])}{more})")
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        return vocab_projection(self.model).weight.shape[0]
+
+    # ----------------------------------------------------------------- computation
+    def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
+        batch = self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=max_length or self.max_length,
+            return_tensors="pt",
+        )
+        return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
+
+    def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Linear]:
+        """Run the backbone up to (not including) the vocabulary projection: (h: B × L × H, projection)."""
+        with projection_bypassed(self.model) as projection:
+            hidden = self.model(**batch).logits
+        return hidden, projection
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Differentiable SPLADE vectors, B × V."""
+        hidden, projection = self.head_inputs(batch)
+        return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, batch["attention_mask"])
+
+    def encode(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        description: str = "encoding",
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
+        """Encode texts to a float32 CSR matrix (rows in input order); ``max_length`` defaults to the document
+        side's limit (:meth:`encode_document` without pruning).
+
+        Texts are sorted by token length so each batch pads little; results are put back in order. A text
+        whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
+        position (and its id, from ``ids`` when given): such vectors are never returned.
+        """
+        texts = list(texts)
+        if not texts:
+            return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
+        if batch_size < 1:
+            raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
+        max_length = max_length or self.max_length
+        # token counts only, a slice at a time: the token id lists of every text would cost ~9 KB a text
+        lengths = [len(ids) for start in range(0, len(texts), LENGTH_SLICE)
+                   for ids in self.tokenizer(texts[start : start + LENGTH_SLICE], truncation=True,
+                                             max_length=max_length)["input_ids"]]
+        order = np.argsort(-np.asarray(lengths), kind="stable")
+        was_training = self.model.training
+        self.model.eval()
+        blocks = []
+        try:
+            with torch.inference_mode(), tqdm(
+                total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
+            ) as progress:
+                for start in range(0, len(texts), batch_size):
+                    chunk = order[start : start + batch_size]
+                    batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
+                    vectors = self.forward(batch)
+                    finite = torch.isfinite(vectors).all(dim=1)
+                    if not bool(finite.all()):
+                        index = int(chunk[int((~finite).nonzero()[0, 0])])
+                        name = f"text {index}" + ("" if ids is None else f" (id {ids[index]!r})")
+                        raise NonFiniteVector(f"{name} encodes to a vector with NaN/inf weights: the model is "
+                                              f"damaged (non-finite or overflowing weights)",
+                                              index)
+                    blocks.append(dense_to_csr(vectors))
+                    progress.update(len(chunk))
+        finally:
+            self.model.train(was_training)
+        stacked = sp.vstack(blocks, format="csr")
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(len(order))
+        result = stacked[inverse]
+        result.sort_indices()
+        return result.astype(np.float32)
+
+    def side_max_length(self, side: Side, max_length: int | None = None) -> int:
+        """The token limit used to encode ``side``: ``max_length`` when given, else the side's own
+        (documents: ``self.max_length``; queries: ``self.query_max_length``, or ``self.max_length`` when the
+        model records none)."""
+        check_side(side)
+        if max_length:
+            return max_length
+        return (self.query_max_length or self.max_length) if side == "query" else self.max_length
+
+    def encode_query(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
+        """Encode queries (token limit :meth:`side_max_length` ``("query")``) to a float32 CSR matrix; with
+        ``max_active_dims`` only the k largest weights of each vector are kept
+        (:func:`spladekit.common.sparse.keep_top_weights`)."""
+        return self._encode_side("query", texts, batch_size, max_length, show_progress, max_active_dims, ids)
+
+    def encode_document(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
+        """Encode documents (token limit ``max_length``, else the model's) to a float32 CSR matrix; with
+        ``max_active_dims`` only the k largest weights of each vector are kept."""
+        return self._encode_side("document", texts, batch_size, max_length, show_progress, max_active_dims, ids)
+
+    def _encode_side(self, side: Side, texts: list[str], batch_size: int, max_length: int | None,
+                     show_progress: bool, max_active_dims: int | None, ids: Sequence[str] | None) -> sp.csr_matrix:
+        check_max_active_dims(max_active_dims)  # before any encoding
+        vectors = self.encode(texts, batch_size=batch_size, max_length=self.side_max_length(side, max_length),
+                              show_progress=show_progress,
+                              description="encoding queries" if side == "query" else "encoding documents", ids=ids)
+        return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
+
+    def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
+        """Readable form of one vector: {token: weight}, heaviest first."""
+        row = row.tocsr()
+        pairs = sorted(zip(row.indices.tolist(), row.data.tolist()), key=lambda pair: -pair[1])[:top]
+        tokens = self.tokenizer.convert_ids_to_tokens([index for index, _ in pairs])
+        return {token: weight for token, (_, weight) in zip(tokens, pairs)}

@@ -1,0 +1,69 @@
+"""The rescaling policy: turn a requested k and mode (numbers, ``"auto"`` or none) into one
+:class:`RescaleRecord`, and apply it. The CLI, training, the quickstart and sweeps all resolve
+"auto" here and nowhere else.
+
+* ``k="auto"``: :func:`spladekit.model.diagnosis.diagnose`'s ``recommended_k`` on the given (query, document)
+  pairs (the built-in sample, or a training set's first pairs);
+* ``mode="auto"``: :func:`spladekit.model.head.recommend_mode` for the k used (``untie`` when tied rescaling
+  would leave word embeddings below position embeddings, else ``tied``);
+* ``k=None``: no rescaling (the mode does not apply: ``"none"``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from spladekit.common.errors import SpladekitError
+from spladekit.data.samples import SAMPLE_PAIRS
+from spladekit.model.diagnosis import diagnose
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.head import RESCALE_MODES, parse_k, recommend_mode, rescale
+
+log = logging.getLogger("spladekit")
+
+
+@dataclass(frozen=True)
+class RescaleRecord:
+    """A resolved rescaling: ``k`` (None: none), ``mode`` (tied | untie | none), and which were 'auto'."""
+
+    k: float | None
+    mode: str
+    rescale_bias: bool = False
+    auto: tuple[str, ...] = ()  # "k" and/or "mode" when they were resolved from "auto"
+
+    def describe(self) -> str:
+        if self.k is None:
+            return "no rescaling (k = 1)"
+        origin = f" ({' and '.join(self.auto)} chosen automatically)" if self.auto else ""
+        return f"W_head / {self.k:g}, mode {self.mode}{origin}"
+
+
+def resolve_rescale(encoder: SparseEncoder, k: object, mode: str = "tied", rescale_bias: bool = False,
+                    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256) -> RescaleRecord:
+    """Resolve ``k`` (number, ``"auto"`` or None) and ``mode`` (tied, untie or ``"auto"``) for ``encoder``."""
+    if mode not in (*RESCALE_MODES, "auto"):
+        raise SpladekitError(f"rescale mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
+    if k is None:
+        return RescaleRecord(None, "none", rescale_bias)
+    auto = []
+    value = parse_k(k, allow_auto=True)
+    if value == "auto":
+        # scored on the model this mode really produces (tied: the input embeddings shrink too)
+        value = diagnose(encoder, pairs, max_length=max_length, mode=mode).recommended_k
+        auto.append("k")
+        log.info("rescale.k: auto resolved to %g (diagnose's recommended_k on %d pairs)", value, len(pairs))
+    assert isinstance(value, float)
+    if mode == "auto":
+        mode = recommend_mode(encoder.model, value)
+        auto.append("mode")
+        log.info("rescale.mode: auto resolved to %s (head.recommend_mode for k=%g)", mode, value)
+    return RescaleRecord(value, mode, rescale_bias, tuple(auto))
+
+
+def apply_rescale(encoder: SparseEncoder, record: RescaleRecord) -> SparseEncoder:
+    """Rescale ``encoder``'s head as ``record`` says (in place, once; nothing when k is None)."""
+    if record.k is not None:
+        rescale(encoder.model, record.k, mode=record.mode, rescale_bias=record.rescale_bias)
+    return encoder
