@@ -37,7 +37,8 @@ def run_stage(stage: str, steps: int) -> dict:
     from spladekit.model.diagnosis import diagnose
     from spladekit.model.encoder import SparseEncoder
     from spladekit.train import load_config
-    from spladekit.train.loop import encode_examples, initial_encoder, objective
+    from spladekit.train.setup import initial_encoder
+    from spladekit.train.step import StepSettings, encode_examples, objective
 
     if stage in ("load", "diagnose"):
         encoder = SparseEncoder.from_pretrained(BACKBONE)
@@ -47,11 +48,12 @@ def run_stage(stage: str, steps: int) -> dict:
     settings = load_config(None, training_overrides(str(BACKBONE), TRIPLETS, max(steps, 1), False))
     training_set = load_training_set(settings.data)
     encoder, _ = initial_encoder(settings, training_set)
+    step_settings = StepSettings.of(settings)
     if stage == "train-steps":
         encoder.train(True)
         for step in range(1, steps + 1):
-            q, p, n = encode_examples(encoder, training_set.batch(step, 8, 1, 0), settings, torch.device("cpu"))
-            objective(q, p, n, None, (1e-4, 1e-4), settings)[0].backward()
+            q, p, n, _ = encode_examples(encoder, training_set.batch(step, 8, 1, 0), step_settings, torch.device("cpu"))
+            objective(q, p, n, None, (1e-4, 1e-4), step_settings)[0].backward()
             encoder.zero_grad()
     return {"stage": stage, "peak_mb": round(peak_mb())}
 

@@ -27,7 +27,8 @@ MINIMAL = {"backbone": {"id": "some/model"}, "data": {"path": "triplets.tsv"}}
 
 def test_example_config_is_valid_and_complete():
     config = load_config(EXAMPLE)
-    assert config.backbone.id.endswith("splade-tiny-msmarco")
+    assert config.backbone.id == "google/bert_uncased_L-2_H-128_A-2"  # a portable hub id, no machine path
+    assert config.data.path == "mined.tsv"
     assert config.optimization.lr == pytest.approx(5e-5) and config.seed == 13
 
 

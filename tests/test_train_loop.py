@@ -27,7 +27,8 @@ from spladekit.model.backbone import vocab_projection
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
-from spladekit.train.loop import encode_examples, forward_backward, objective, parameter_groups
+from spladekit.train.setup import parameter_groups
+from spladekit.train.step import StepSettings, encode_examples, forward_backward, objective
 from spladekit.train.monitors import CollapseDetector, read_metrics
 from tiny_models import build_tiny_model
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
@@ -53,8 +54,9 @@ def test_run_folder_holds_the_contract(unregularized):
     records = read_metrics(unregularized)
     assert [r["step"] for r in records] == list(range(1, 21))
     expected = {"step", "loss", "ranking_loss", "flops_q", "flops_d", "lambda_q", "lambda_d", "q_nnz", "d_nnz",
-                "head_norm", "grad_norm", "lr", "examples_per_s"}
+                "head_norm", "grad_norm", "lr", "examples_per_s", "tokens_per_s", "loss_mean", "ranking_loss_mean"}
     assert expected <= records[0].keys()
+    assert all(r["tokens_per_s"] > r["examples_per_s"] > 0 for r in records)  # a text is several tokens
     encoder = SparseEncoder.from_pretrained(unregularized / "model")
     assert encoder.encode(["paris is the capital"], show_progress=False).nnz > 0
 
@@ -133,15 +135,16 @@ def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
     config = tiny_config(tiny_bert, triplets_file, optimization={"accumulation": 2})
     examples = load_training_set(config.data).batch(1, 4, 1, seed=0)
     alone = Processes(rank=0, world_size=1, device=torch.device("cpu"))
+    settings = StepSettings.of(config)
     grads = []
     for cached in (True, False):
         encoder = SparseEncoder.from_pretrained(tiny_bert).train()
         torch.manual_seed(5)
         if cached:
-            forward_backward(encoder, [examples[:2], examples[2:]], None, (0.1, 0.1), config, alone)
+            forward_backward(encoder, [examples[:2], examples[2:]], None, (0.1, 0.1), settings, alone)
         else:
-            reps = [encode_examples(encoder, micro, config, alone.device) for micro in (examples[:2], examples[2:])]
-            total, _ = objective(*(torch.cat(parts) for parts in zip(*reps)), None, (0.1, 0.1), config)
+            reps = [encode_examples(encoder, micro, settings, alone.device)[:3] for micro in (examples[:2], examples[2:])]
+            total, _ = objective(*(torch.cat(parts) for parts in zip(*reps)), None, (0.1, 0.1), settings)
             total.backward()
         grads.append(torch.cat([p.grad.reshape(-1) for p in encoder.parameters() if p.grad is not None]))
     torch.testing.assert_close(grads[0], grads[1], atol=1e-6, rtol=1e-5)
@@ -215,6 +218,19 @@ def test_evaluation_hook_calls_evaluate_and_leaves_training_unchanged(tiny_bert,
     assert all(0.0 <= r["nDCG@10"] <= 1.0 and r["queries"] == 4 for r in results)
     assert all(r["max_active_dims"] == 2 and r["avg_d_nnz"] <= 2 and r["avg_q_nnz"] <= 2 for r in results)
     assert without_timing(read_metrics(evaluated)) == without_timing(read_metrics(plain))
+
+
+def test_a_log_record_holds_the_mean_of_its_window(tiny_bert, triplets_file, tmp_path):
+    """Logging every 3 steps gives the loss of the third step and the mean of the three (what the plots
+    show), the same numbers a run logging every step writes step by step."""
+    every_step = read_metrics(train(tiny_config(tiny_bert, triplets_file), tmp_path / "one").output)
+    windows = read_metrics(train(tiny_config(tiny_bert, triplets_file, logging={"every": 3}), tmp_path / "three").output)
+    assert [r["step"] for r in windows] == [3, 6]
+    for record, window in zip(windows, (every_step[0:3], every_step[3:6])):
+        assert record["loss"] == pytest.approx(window[-1]["loss"], rel=1e-6)
+        assert record["loss_mean"] == pytest.approx(sum(r["loss"] for r in window) / 3, rel=1e-6)
+        assert record["ranking_loss_mean"] == pytest.approx(sum(r["ranking_loss"] for r in window) / 3, rel=1e-6)
+        assert record["loss_mean"] != pytest.approx(record["loss"], rel=1e-4)  # the window really is averaged
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_bert, triplets_file, tmp_path):
@@ -438,7 +454,7 @@ def test_second_train_into_the_same_folder_fails_at_once(tiny_bert, triplets_fil
 
 
 def without_timing(records):
-    return [{k: v for k, v in record.items() if k != "examples_per_s"} for record in records]
+    return [{k: v for k, v in record.items() if k not in ("examples_per_s", "tokens_per_s")} for record in records]
 
 
 @pytest.mark.slow

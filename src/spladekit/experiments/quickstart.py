@@ -45,6 +45,7 @@ from pathlib import Path
 from spladekit.common.atomic import atomic_file, final_path, open_output
 from spladekit.common.sources import shared_folder
 from spladekit.data.collections import load_collection
+from spladekit.data.training import load_training_set
 from spladekit.evaluation.evaluate import evaluate
 from spladekit.evaluation.explain import explain_run
 from spladekit.evaluation.result import EvaluationResult
@@ -52,11 +53,12 @@ from spladekit.evaluation.run import Run
 from spladekit.model.card import write_model_card
 from spladekit.model.diagnosis import AUTO_K_TOLERANCE, REFERENCE_PAIR_SCORE, HeadReport, diagnose
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.head import head_norms
 from spladekit.model.loading import load_model
-from spladekit.model.rescaling import RescaleRecord, apply_rescale
+from spladekit.model.rescaling import RescaleRecord, resolve_rescale
 from spladekit.train import TrainConfig, load_config, train
+from spladekit.train.loop import recipe
 from spladekit.train.mining import find_or_mine
+from spladekit.train.setup import resolved_config, sample_pairs
 
 logger = logging.getLogger("spladekit")
 
@@ -195,7 +197,12 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
     encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
 
     say(f"[1/{STAGES}] diagnose: the MLM head's scale, and the k that brings it to a trained SPLADE's")
-    report = diagnose(encoder)
+    # once, on the training pairs that `rescale.k: auto` would diagnose: the k explained is the k trained with
+    pairs = sample_pairs(load_training_set(settings.data), settings.rescale.auto_pairs)
+    report = diagnose(encoder, pairs, settings.data.doc_max_length, mode=settings.rescale.mode)
+    rescaling = resolve_rescale(encoder, settings.rescale.k, settings.rescale.mode, settings.rescale.rescale_bias,
+                                pairs, settings.data.doc_max_length, report=report)
+    settings = resolved_config(settings, rescaling)
     with atomic_file(output / "diagnose.json") as stream:
         stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
     say(f"      {explain_diagnosis(report)}")
@@ -211,10 +218,9 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
     say(f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
         f"divided by auto-k")
     run = train(settings, output / "train")
-    initial_norms = head_norms(apply_rescale(encoder, run.rescale).model)  # the head training started from
     trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
 
-    say(f"[4/{STAGES}] evaluate after: the trained model ({run.rescale.describe()})")
+    say(f"[4/{STAGES}] evaluate after: the trained model ({rescaling.describe()})")
     after = evaluate(trained, collection, max_length=max_length, cache=False, show_progress=show_progress,
                      run_path=output / "run.trec")
     say(f"      {_metrics_line(after)}")
@@ -222,18 +228,13 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
                 model_name=str(final_path(run.model)))
 
     say(f"[5/{STAGES}] plots and summary")
-    resolved = run.config
-    recipe = {"loss": resolved.loss.name, "regularizer": resolved.regularizer.name,
-              "lambda_q": resolved.regularizer.lambda_q, "lambda_d": resolved.regularizer.lambda_d,
-              "steps": steps, "batch_size": resolved.optimization.batch_size, "lr": resolved.optimization.lr,
-              "triplets": str(final_path(triplets)), "rescale_k": run.rescale.k, "rescale_mode": run.rescale.mode}
-    write_model_card(run.model, trained, training=recipe | {"initial_head_norms": initial_norms},
-                     evaluation=[after])
-    table = summary_table(before, after, run.rescale, steps)
+    # the card again: this evaluation happened after training (the training wrote the card without it)
+    write_model_card(run.model, trained, training=recipe(run.config, run.initial_head), evaluation=[after])
+    table = summary_table(before, after, rescaling, steps)
     plots = final_path(run.output / "plots")
     summary = {"backbone": str(backbone), "data": str(data), "eval_data": str(eval_data), "split": split,
                "recommended_k": report.recommended_k,
-               "k": run.rescale.k, "mode": run.rescale.mode, "steps": steps, "model": str(final_path(run.model)),
+               "k": rescaling.k, "mode": rescaling.mode, "steps": steps, "model": str(final_path(run.model)),
                "plots": str(plots), "plot_files": [str(plots / path.name) for path in sorted(
                    (run.output / "plots").glob("*.png"))],
                "before": before.to_dict(), "after": after.to_dict()}

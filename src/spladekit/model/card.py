@@ -34,6 +34,8 @@ class CardSubject(Protocol):
     def max_length(self) -> int: ...
     @property
     def query_max_length(self) -> int | None: ...
+    @property
+    def card_notes(self) -> Sequence[str]: ...
 
 
 class CardEvaluation(Protocol):
@@ -139,9 +141,10 @@ def model_card(folder: str | Path, encoder: CardSubject, training: dict | None =
     folder = Path(folder)
     title = folder.parent.name if folder.name == "model" else folder.name  # a training run's model/
     sections = _overview(encoder, title or str(folder)) + _norms(encoder, training) + _training(training)
-    card = ModelCard("\n".join(sections + _evaluation(evaluation) + _usage(folder)) + "\n")
-    card.data = ModelCardData(**CARD_DATA)
-    return str(card)
+    notes = [line for note in encoder.card_notes for line in ("", note)]
+    body = "\n".join(sections + _evaluation(evaluation) + _usage(folder) + notes) + "\n"
+    # the metadata block written first, so that ModelCard finds it (without one it logs that it found none)
+    return str(ModelCard(f"---\n{ModelCardData(**CARD_DATA).to_yaml()}\n---\n{body}"))
 
 
 def write_model_card(folder: str | Path, encoder: CardSubject, training: dict | None = None,

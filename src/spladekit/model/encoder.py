@@ -21,7 +21,7 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import describe, expect, read_json
 from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
 from spladekit.model.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
-from spladekit.model.card import write_model_card
+from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
 
@@ -186,30 +186,42 @@ class SparseEncoder(nn.Module):
                 )
         return encoder
 
-    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
-        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json``, atomically.
+    def save(self, directory: str | Path, overwrite: bool = False, training: dict | None = None,
+             evaluation: Sequence[CardEvaluation] = ()) -> Path:
+        """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json`` + the model card
+        (``README.md``, :mod:`spladekit.model.card`: ``training`` = the recipe, ``evaluation`` = results to
+        report), atomically.
 
         An existing folder is replaced only with ``overwrite=True`` (as every command's ``--overwrite``).
         Weights holding NaN or inf are refused (:meth:`check_finite`): nothing is written.
         """
-        from spladekit.common.version import __version__
-
         self.check_finite(f"{directory}: refusing to save")
         with atomic_directory(directory, overwrite=overwrite) as staging:
-            with quiet_transformers():
-                self.model.save_pretrained(staging, safe_serialization=True)
-            self.tokenizer.save_pretrained(staging)
-            metadata = {
-                "spladekit_version": __version__,
-                "backbone": self.original_backbone,
-                "max_length": self.max_length,
-                "query_max_length": self.query_max_length,
-                "rescale": rescale_record(self.model),
-                "pooling": "max log(1 + relu(logits)) over non-padding tokens",
-            }
-            (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-            write_model_card(staging, self, name=directory)
+            self.write_files(staging)
+            write_model_card(staging, self, training, evaluation, name=directory)
         return Path(directory)
+
+    def write_files(self, folder: Path) -> None:
+        """The model folder's files but the card: weights, tokenizer and ``spladekit.json``."""
+        from spladekit.common.version import __version__
+
+        with quiet_transformers():
+            self.model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        metadata = {
+            "spladekit_version": __version__,
+            "backbone": self.original_backbone,
+            "max_length": self.max_length,
+            "query_max_length": self.query_max_length,
+            "rescale": rescale_record(self.model),
+            "pooling": "max log(1 + relu(logits)) over non-padding tokens",
+        }
+        (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+
+    @property
+    def card_notes(self) -> tuple[str, ...]:
+        """Paragraphs this kind of model adds to its card (none for plain SPLADE)."""
+        return ()
 
     def check_finite(self, action: str) -> None:
         """SpladekitError ``"{action}: …"`` naming the tensors when any weight is NaN or inf."""

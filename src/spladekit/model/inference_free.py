@@ -52,6 +52,7 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, reading
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
+from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.encoder import METADATA_FILE, SparseEncoder, check_side, read_metadata
 
 if TYPE_CHECKING:
@@ -243,15 +244,16 @@ class InferenceFreeEncoder(nn.Module):
         return cls(documents, weights, query_max_length=query_max_length or stored_length or DEFAULT_QUERY_MAX_LENGTH,
                    freeze_query_weights=frozen, query_weights_origin=origin if isinstance(origin, str) else None)
 
-    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
-        """The document encoder's folder (:meth:`SparseEncoder.save`) + ``query_weights.safetensors`` +
-        ``"kind": "inference-free"`` in ``spladekit.json``, written atomically (``overwrite`` as every
-        command's ``--overwrite``); NaN/inf weights are refused before anything is written."""
+    def save(self, directory: str | Path, overwrite: bool = False, training: dict | None = None,
+             evaluation: Sequence[CardEvaluation] = ()) -> Path:
+        """The document encoder's files (:meth:`SparseEncoder.write_files`) + ``query_weights.safetensors`` +
+        ``"kind": "inference-free"`` in ``spladekit.json`` + the model card, written atomically (``overwrite``
+        as every command's ``--overwrite``); NaN/inf weights are refused before anything is written."""
         from safetensors.torch import save_file
 
         self.check_finite(f"{directory}: refusing to save")
         with atomic_directory(directory, overwrite=overwrite) as staging:
-            self.document_encoder.save(staging)  # into the staging folder: an output this process holds
+            self.document_encoder.write_files(staging)
             save_file({QUERY_WEIGHTS_TENSOR: self.query_weights.detach().float().cpu().contiguous()},
                       str(staging / QUERY_WEIGHTS_FILE))
             metadata = read_metadata(staging) | {
@@ -261,11 +263,14 @@ class InferenceFreeEncoder(nn.Module):
                 "query_encoding": "w_v for each distinct token v of the query (no special tokens)",
             }
             (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-            with open(staging / "README.md", "a", encoding="utf-8") as card:
-                card.write("\n## Inference-free queries\n\nQueries are not encoded by the network: the vector of "
-                           "a query holds `w_v` for each distinct token v of the query (a learned table, "
-                           f"`{QUERY_WEIGHTS_FILE}`). Load with `spladekit.model.loading.load_model`.\n")
+            write_model_card(staging, self, training, evaluation, name=directory)
         return Path(directory)
+
+    @property
+    def card_notes(self) -> tuple[str, ...]:
+        return ("## Inference-free queries\n\nQueries are not encoded by the network: the vector of a query holds "
+                "`w_v` for each distinct token v of the query (a learned table, "
+                f"`{QUERY_WEIGHTS_FILE}`). Load with `spladekit.model.loading.load_model`.",)
 
     def check_finite(self, action: str) -> None:
         """SpladekitError ``"{action}: …"`` when a weight of either side is NaN or inf."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from spladekit.common.errors import SpladekitError
 from spladekit.data.samples import SAMPLE_PAIRS
-from spladekit.model.diagnosis import diagnose
+from spladekit.model.diagnosis import HeadReport, diagnose
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.head import RESCALE_MODES, parse_k, recommend_mode, rescale
 
@@ -41,8 +41,12 @@ class RescaleRecord:
 
 
 def resolve_rescale(encoder: SparseEncoder, k: object, mode: str = "tied", rescale_bias: bool = False,
-                    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256) -> RescaleRecord:
-    """Resolve ``k`` (number, ``"auto"`` or None) and ``mode`` (tied, untie or ``"auto"``) for ``encoder``."""
+                    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256,
+                    report: HeadReport | None = None) -> RescaleRecord:
+    """Resolve ``k`` (number, ``"auto"`` or None) and ``mode`` (tied, untie or ``"auto"``) for ``encoder``.
+
+    ``report``: a diagnosis of ``encoder`` already made on ``pairs`` with this ``mode`` (the quickstart shows it
+    to the user); ``k="auto"`` then takes its ``recommended_k`` instead of diagnosing again."""
     if mode not in (*RESCALE_MODES, "auto"):
         raise SpladekitError(f"rescale mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
     if k is None:
@@ -51,7 +55,7 @@ def resolve_rescale(encoder: SparseEncoder, k: object, mode: str = "tied", resca
     value = parse_k(k, allow_auto=True)
     if value == "auto":
         # scored on the model this mode really produces (tied: the input embeddings shrink too)
-        value = diagnose(encoder, pairs, max_length=max_length, mode=mode).recommended_k
+        value = (report or diagnose(encoder, pairs, max_length=max_length, mode=mode)).recommended_k
         auto.append("k")
         log.info("rescale.k: auto resolved to %g (diagnose's recommended_k on %d pairs)", value, len(pairs))
     assert isinstance(value, float)

@@ -1,4 +1,4 @@
-"""The SPLADE training loop, top to bottom.
+"""The SPLADE training loop: set-up (:mod:`.setup`), one step (:mod:`.step`), the periodic work, finishing.
 
 Objective (Formal et al., "SPLADE v2", arXiv:2109.10086, eq. 4):
 
@@ -36,310 +36,134 @@ import contextlib
 import dataclasses
 import logging
 import math
-import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, cast
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from spladekit.common import distributed
-from spladekit.common.atomic import InPlace, check_new_output, open_in_place
-from spladekit.common.devices import autocast
+from spladekit.common.atomic import InPlace, open_in_place
 from spladekit.common.errors import SpladekitError
-from spladekit.data.training import Example, TrainingSet, load_training_set
+from spladekit.data.training import TrainingSet, load_training_set
 from spladekit.evaluation.evaluate import evaluate_data
+from spladekit.evaluation.result import EvaluationResult
 from spladekit.model.backbone import remote_code_hint
-from spladekit.model.diagnosis import diagnose, step0_warnings
-from spladekit.model.encoder import SparseEncoder, non_finite_weights
+from spladekit.model.diagnosis import HeadReport
+from spladekit.model.encoder import non_finite_weights
 from spladekit.model.head import embedding_norms, head_norms
-from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+from spladekit.model.inference_free import InferenceFreeEncoder
 from spladekit.model.loading import RetrievalModel, load_model
-from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale
-from spladekit.train.checkpoint import (
-    checkpoints,
-    load_training_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
+from spladekit.model.rescaling import RescaleRecord
+from spladekit.train.checkpoint import checkpoints, load_training_state, save_checkpoint
+from spladekit.train.config import RegularizerConfig, TrainConfig, load_config, validate
+from spladekit.train.monitors import EVALUATION_FILE, CollapseDetector, MetricsLog, read_metrics, write_plots
+from spladekit.train.regularizers import lambda_at
+from spladekit.train.setup import (
+    CONFIG_FILE,
+    initial_encoder,
+    initial_head_report,
+    parameter_groups,
+    prepare_output,
+    read_initial_head,
+    resolved_config,
+    seed_everything,
+    write_initial_head,
+    write_run_config,
 )
-from spladekit.train.config import TrainConfig, load_config, save_config, validate
-from spladekit.train.losses import LOSSES
-from spladekit.train.monitors import (
-    EVALUATION_FILE,
-    CollapseDetector,
-    MetricsLog,
-    read_metrics,
-    write_plots,
-)
-from spladekit.train.regularizers import REGULARIZERS, flops, lambda_at
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+from spladekit.train.step import StepResult, StepSettings, forward_backward, split_batch, teacher_scores
 
 logger = logging.getLogger("spladekit")
 
-CONFIG_FILE = "config.yaml"
+MODEL_FOLDER = "model"
 
 
 class TrainingStopped(SpladekitError):
     """The run stopped itself (non-finite loss, gradient or weights, or collapse with ``stop_on_collapse``)."""
 
 
-# ------------------------------------------------------------------------------------------ set-up
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 @dataclass(frozen=True)
 class TrainedRun:
-    """What :func:`train` returns: the run folder, the fully resolved config and the applied rescaling."""
+    """What :func:`train` returns: the run folder, the fully resolved config, the applied rescaling and the
+    head the training started from (its step-0 diagnosis; None for a run started before it was recorded)."""
 
     output: Path
     config: TrainConfig
     rescale: RescaleRecord
+    initial_head: HeadReport | None = None
 
     @property
     def model(self) -> Path:
-        return self.output / "model"
+        return self.output / MODEL_FOLDER
 
 
-def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[RetrievalModel, RescaleRecord]:
-    """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
-    :func:`spladekit.model.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
-    (query, positive) pairs of the training data). ``model.kind: inference-free`` adds the query weight
-    table, initialised from the IDF of the training set's documents (:func:`spladekit.model.inference_free.idf_weights`)."""
-    backbone, setting = config.backbone, config.rescale
-    encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
-    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
-                             pairs=sample_pairs(training_set, setting.auto_pairs), max_length=config.data.doc_max_length)
-    encoder = apply_rescale(encoder, record)
-    if config.model.kind == "splade":
-        return encoder, record
-    documents = training_set.document_texts()
-    weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size, show_progress=config.logging.progress)
-    return InferenceFreeEncoder(encoder, weights, query_max_length=config.data.query_max_length,
-                                freeze_query_weights=config.model.freeze_query_weights,
-                                query_weights_origin=f"IDF of the {len(documents)} training documents of "
-                                                     f"{config.data.path}"), record
+@dataclass
+class LogWindow:
+    """The steps since the last log: their mean loss and throughput go into the next record."""
+
+    steps: int = 0
+    loss: float = 0.0
+    ranking_loss: float = 0.0
+    examples: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def add(self, result: StepResult, examples: int, seconds: float) -> None:
+        self.steps += 1
+        self.loss += result.loss
+        self.ranking_loss += result.parts["ranking_loss"]
+        self.examples, self.tokens, self.seconds = self.examples + examples, self.tokens + result.tokens, self.seconds + seconds
+
+    def summary(self) -> dict[str, float]:
+        """Window means (``loss_mean``, ``ranking_loss_mean``) and rates (``examples_per_s``, ``tokens_per_s``:
+        real, non-padding tokens through this process's backbone)."""
+        return {"loss_mean": self.loss / self.steps, "ranking_loss_mean": self.ranking_loss / self.steps,
+                "examples_per_s": self.examples / self.seconds, "tokens_per_s": self.tokens / self.seconds}
 
 
-def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
-    """The first ``count`` (query, positive) text pairs of the training data (auto-k and step-0 checks)."""
-    return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
+@dataclass
+class Training:
+    """A run in progress: what set-up built and the steps update."""
 
+    config: TrainConfig
+    output: Path
+    processes: distributed.Processes
+    training_set: TrainingSet
+    encoder: RetrievalModel
+    rescaling: RescaleRecord
+    initial_head: HeadReport | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    start: int
+    metrics: MetricsLog | None
+    evaluations: MetricsLog | None
+    collapse: CollapseDetector
+    progress: tqdm
+    window: LogWindow = field(default_factory=LogWindow)
 
-def warn_at_step_zero(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet,
-                      rescaling: RescaleRecord) -> list[str]:
-    """Log :func:`spladekit.model.diagnosis.step0_warnings` for the head training starts from."""
-    report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
-    warnings = step0_warnings(report, embeddings_warned=rescaling.mode == "tied")
-    for warning in warnings:
-        logger.warning("step 0: %s", warning)
-    return warnings
+    @property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.encoder.parameters() if p.requires_grad]
 
-
-def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
-    """A copy of ``config`` with ``rescale.k/mode`` as applied (the input is never modified)."""
-    # record.mode is tied or untie unless "none" (resolve_rescale checked it)
-    mode = config.rescale.mode if record.mode == "none" else cast(Literal["tied", "untie"], record.mode)
-    return dataclasses.replace(config, rescale=dataclasses.replace(config.rescale, k=record.k, mode=mode))
-
-
-def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
-    """Check the output folder (nothing is deleted here: with ``overwrite`` an existing run is set aside
-    later, see :func:`train`); for ``resume`` return the newest checkpoint (the config must match)."""
-    if not resume:
-        check_new_output(output, overwrite, folder=True)
-        return None
-    if not (output / CONFIG_FILE).is_file():
-        raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
-    saved = load_config(output / CONFIG_FILE)
-    requested = config.to_dict()
-    for key in ("k", "mode"):  # an "auto" value was resolved once, at the start of the run
-        if requested["rescale"][key] == "auto":
-            requested["rescale"][key] = getattr(saved.rescale, key)
-    differ = _changed_keys(saved.to_dict(), requested)
-    if differ:
-        raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
-                             f"only logging.* may change")
-    found = checkpoints(output)
-    if not found:
-        raise SpladekitError(f"{output}: nothing to resume (no checkpoint yet); start again with --overwrite")
-    return found[-1]
-
-
-def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
-    """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
-    output.mkdir(parents=True, exist_ok=True)
-    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
-                   for key in record.auto)
-    save_config(config, output / CONFIG_FILE, header=note)
-
-
-def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
-    changed = []
-    for key in old.keys() | new.keys():
-        if isinstance(old.get(key), dict):
-            changed += _changed_keys(old[key], new.get(key, {}), f"{prefix}{key}.")
-        elif old.get(key) != new.get(key) and f"{prefix}{key}".split(".")[0] != "logging":
-            changed.append(prefix + key)
-    return sorted(changed)
-
-
-def parameter_groups(encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool,
-                     query_weights_lr: float | None = None) -> list[dict]:
-    """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
-    (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
-    the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
-    (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
-    during training, which interacts with the head rescaling under study. An inference-free model's
-    trainable query weight table is a third group: its own learning rate ``query_weights_lr``, no decay."""
-    embeddings = encoder.model.get_input_embeddings().weight
-    table = encoder.query_weights if isinstance(encoder, InferenceFreeEncoder) else None
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
-    for parameter in encoder.parameters():
-        if not parameter.requires_grad or parameter is table:
-            continue
-        exempt = parameter.ndim < 2 or (parameter is embeddings and not decay_embeddings)
-        (no_decay if exempt else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if table is not None and table.requires_grad:
-        groups.append({"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None
-                                                                   else {"lr": query_weights_lr})})
-    return groups
-
-
-# ------------------------------------------------------------------------------------------ one step
-def encode_examples(encoder: RetrievalModel, examples: list[Example], config: TrainConfig,
-                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Q: b × V, P: b × V, N: b × K × V) for a (micro-)batch; documents of different lengths are capped apart.
-    An inference-free model's queries are its weight table rows, not a forward pass."""
-    texts = [e.query for e in examples]
-    with autocast(device, config.optimization.bf16):
-        if isinstance(encoder, InferenceFreeEncoder):
-            queries = encoder.query_forward(texts, config.data.query_max_length)
-        else:
-            queries = encoder(encoder.tokenize(texts, config.data.query_max_length))
-        documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
-        docs = encoder(encoder.tokenize(documents, config.data.doc_max_length))
-    b = len(examples)
-    return queries.float(), docs[:b].float(), docs[b:].float().view(b, config.data.negatives, -1)
-
-
-def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None,
-              lambdas: tuple[float, float], config: TrainConfig) -> tuple[torch.Tensor, dict[str, float]]:
-    """Total loss (a tensor) and its parts (floats) on the full batch."""
-    ranking = LOSSES[config.loss.name](q, p, n, teacher)
-    docs = torch.cat([p, n.flatten(0, 1)])
-    regularize = REGULARIZERS[config.regularizer.name]
-    reg_q, reg_d = regularize(q), regularize(docs)
-    total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
-    with torch.no_grad():
-        parts = {"ranking_loss": ranking, "reg_q": reg_q, "reg_d": reg_d, "flops_q": flops(q), "flops_d": flops(docs),
-                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean(),
-                 **collapse_signals(q, p, n, docs)}
-    values = {name: float(value.detach()) for name, value in parts.items()}
-    # InfoNCE over B in-batch positives + K own negatives, all scores equal: -log(1 / (B + K))
-    return total, values | ({"uniform_loss": math.log(q.shape[0] + n.shape[1])} if config.loss.name == "infonce" else {})
-
-
-def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What a uniform collapse looks like (see ``monitors.CollapseDetector``): the spread of each query's
-    in-batch candidate scores, and how alike the documents' vectors are (mean cosine of distinct pairs)."""
-    scores = torch.cat([q @ p.T, torch.einsum("bv,bkv->bk", q, n)], dim=1)
-    unit = torch.nn.functional.normalize(docs, dim=1)
-    pairs = docs.shape[0] * (docs.shape[0] - 1)
-    similarity = ((unit @ unit.T).sum() - (unit * unit).sum()) / max(pairs, 1)
-    return {"score_spread": scores.std(dim=1).mean(), "doc_similarity": similarity}
-
-
-def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
-                     lambdas: tuple[float, float], config: TrainConfig,
-                     processes: distributed.Processes) -> tuple[float, dict[str, float]]:
-    """Gradients of the full-batch objective (see the module docstring); returns (loss, parts)."""
-    device = processes.device
-
-    def full_batch_loss(reps_per_micro: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor, dict[str, float]]:
-        full = [torch.cat([distributed.gather(reps[i], processes) for reps in reps_per_micro]) for i in range(3)]
-        return objective(full[0], full[1], full[2], teacher, lambdas, config)
-
-    if len(micro_batches) == 1:
-        total, parts = full_batch_loss([encode_examples(encoder, micro_batches[0], config, device)])
-        total.backward()
-        return float(total.detach()), parts
-    states: list[dict] = []
-    cached: list[list[torch.Tensor]] = []
-    for micro in micro_batches:  # pass 1: vectors of every micro-batch, no graph
-        states.append(rng_state())
-        with torch.no_grad():
-            vectors = encode_examples(encoder, micro, config, device)
-        cached.append([x.detach().requires_grad_() for x in vectors])
-    total, parts = full_batch_loss(cached)
-    total.backward()  # d loss / d cached vectors
-    for micro, state, reps in zip(micro_batches, states, cached):  # pass 2: into the model
-        set_rng_state(state)
-        torch.autograd.backward(encode_examples(encoder, micro, config, device), [x.grad for x in reps])
-    return float(total.detach()), parts
-
-
-def weight_norms(model: PreTrainedModel) -> dict[str, float | None]:
-    """What rescaling moved, tracked over training: the head's Frobenius and mean row norm, its bias mean and
-    spread, and the word / position embedding norms (:func:`spladekit.model.head.embedding_norms`)."""
-    head = head_norms(model)
-    return {"head_norm": head["frobenius_norm"], "head_mean_row_norm": head["mean_row_norm"],
-            "bias_mean": head["bias_mean"], "bias_std": head["bias_std"], **embedding_norms(model)}
-
-
-def _last_good(output: Path) -> str:
-    """Where to restart from: the newest checkpoint (checkpoints are verified finite when written)."""
-    last = checkpoints(output)
-    return f"Last good checkpoint: {last[-1] if last else 'none (no checkpoint written yet)'}"
-
-
-def split_batch(examples: list[Example], accumulation: int, processes: distributed.Processes) -> list[list[Example]]:
-    """This process's share of each micro-batch: micro-batch j, rank r gets a contiguous slice, so the
-    gathered order (micro-batch, then rank) is the order of the examples."""
-    micro = len(examples) // accumulation
-    share = micro // processes.world_size
-    return [examples[j * micro + processes.rank * share: j * micro + (processes.rank + 1) * share]
-            for j in range(accumulation)]
-
-
-def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> None:
-    """Evaluate the model as it is now with ``spladekit.evaluation.evaluate`` and log the results."""
-    setting = config.evaluation
-    # called only when evaluation.data is set
-    result = evaluate_data(encoder, cast(str, setting.data), split=setting.split, batch_size=setting.batch_size,
-                           max_length=setting.max_length or config.data.doc_max_length,
-                           max_active_dims=setting.max_active_dims, cache=False,
-                           show_progress=False)
-    log.write({"step": step, **result.to_dict()})
-    logger.info("step %d: evaluation on %s: %s", step, setting.data,
-                ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()))
-
-
-def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tensor | None:
-    if examples[0].teacher is None:
-        return None
-    return torch.tensor([e.teacher for e in examples], dtype=torch.float32, device=device)
+    def close(self) -> None:
+        self.progress.close()
+        for log in (self.evaluations, self.metrics):
+            if log is not None:
+                log.close()
+        if self.metrics is not None and self.config.logging.plots:
+            write_plots(self.output)
 
 
 # ------------------------------------------------------------------------------------------ the loop
 def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False,
           device: str | None = "auto") -> TrainedRun:
-    """Train a SPLADE model into ``output`` (``model/``, ``metrics.jsonl``, ``config.yaml``, ``plots/``,
-    ``checkpoints/``); ``config`` is not modified, the resolved one is returned. Run under ``torchrun``
-    for several processes. ``device``: see :func:`spladekit.common.devices.resolve_device` (``auto``: each
-    process's GPU when CUDA is available, else the CPU).
+    """Train a SPLADE model into ``output`` (``model/`` with its card, ``metrics.jsonl``, ``config.yaml``,
+    ``initial_head.json``, ``plots/``, ``checkpoints/``); ``config`` is not modified, the resolved one is
+    returned. Run under ``torchrun`` for several processes. ``device``: see
+    :func:`spladekit.common.devices.resolve_device` (``auto``: each process's GPU when CUDA is available, else
+    the CPU).
 
     ``output`` is locked for the whole run (:func:`spladekit.common.atomic.open_in_place`): a second ``train``
     into it fails at once. With ``overwrite``, an existing run is left untouched until the config, the
@@ -367,7 +191,32 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
 
 
 def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
-           processes: distributed.Processes, place: InPlace | None = None) -> TrainedRun:
+           processes: distributed.Processes, place: InPlace | None) -> TrainedRun:
+    run = start(config, output, resume, overwrite, processes, place)
+    opt, settings = run.config.optimization, StepSettings.of(run.config)
+    try:
+        for step in range(run.start + 1, opt.steps + 1):
+            began = time.perf_counter()
+            examples = run.training_set.batch(step, opt.batch_size, settings.negatives, run.config.seed)
+            lambdas = regularization_weights(step, run.config.regularizer)
+            result = forward_backward(run.encoder, split_batch(examples, opt.accumulation, processes),
+                                      teacher_scores(examples, processes.device), lambdas, settings, processes)
+            grad_norm, lr = update(run, step, result.loss)
+            run.window.add(result, opt.batch_size, time.perf_counter() - began)
+            log_step(run, step, result, lambdas, grad_norm, lr)
+            periodic_work(run, step)
+        finish(run)
+    finally:
+        run.close()
+    distributed.barrier(processes)
+    return TrainedRun(output, run.config, run.rescaling, run.initial_head)
+
+
+# ------------------------------------------------------------------------------------------ set-up
+def start(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes: distributed.Processes,
+          place: InPlace | None) -> Training:
+    """Everything before step 1: the output checked, the data read, the encoder built (or loaded from the newest
+    checkpoint), the optimizer, schedule, logs and collapse detector (a resumed run's picks up where it stopped)."""
     opt, log = config.optimization, config.logging
     if opt.batch_size % (opt.accumulation * processes.world_size):
         raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
@@ -381,92 +230,164 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
     if checkpoint is None:
         encoder, rescaling = initial_encoder(config, training_set)
         config = resolved_config(config, rescaling)
+        initial_head = None
         if processes.main:
             head = encoder.document_encoder if isinstance(encoder, InferenceFreeEncoder) else encoder
-            warn_at_step_zero(head, config, training_set, rescaling)
-        if processes.main:
+            initial_head = initial_head_report(head, config, training_set, rescaling)
             if overwrite and place is not None:
                 place.set_aside()  # only now: the config, the data and the backbone are good
             write_run_config(output, config, rescaling)
+            write_initial_head(output, initial_head)
     else:
-        encoder = load_model(checkpoint / "model", trust_remote_code=config.backbone.trust_remote_code)
-        if isinstance(encoder, InferenceFreeEncoder):
-            encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
-        saved = load_config(output / CONFIG_FILE).rescale  # "auto" was resolved when the run started
-        config = dataclasses.replace(config, rescale=saved)
-        rescaling = (RescaleRecord(None, "none") if saved.k is None
-                     else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
+        encoder, config, rescaling = resumed_encoder(checkpoint, config, output)
+        initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
-    parameters = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings,
                                                    config.model.query_weights_lr), lr=opt.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
-    start = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
-    metrics = MetricsLog(output, resume_step=start) if processes.main else None
-    evaluate_every = config.evaluation.every if config.evaluation.data else None
-    evaluations = MetricsLog(output, start, EVALUATION_FILE) if processes.main and config.evaluation.data else None
+    first = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
+    evaluated = processes.main and config.evaluation.data
     collapse = CollapseDetector(encoder.vocab_size, log.collapse_patience, log.explosion_factor)
-    for logged in read_metrics(output) if start else []:  # a resumed run's detector picks up where it stopped
-        if logged["step"] <= start:
+    for logged in read_metrics(output) if first else []:
+        if logged["step"] <= first:
             collapse.update(logged)
-    progress = tqdm(total=opt.steps, initial=start, desc="training", unit="step",
-                    disable=not (processes.main and log.progress))
-    regularizer = config.regularizer
+    return Training(config, output, processes, training_set, encoder, rescaling, initial_head, optimizer, scheduler,
+                    first, metrics=MetricsLog(output, resume_step=first) if processes.main else None,
+                    evaluations=MetricsLog(output, first, EVALUATION_FILE) if evaluated else None, collapse=collapse,
+                    progress=tqdm(total=opt.steps, initial=first, desc="training", unit="step",
+                                  disable=not (processes.main and log.progress)))
+
+
+def resumed_encoder(checkpoint: Path, config: TrainConfig, output: Path) -> tuple[RetrievalModel, TrainConfig,
+                                                                                      RescaleRecord]:
+    """The checkpoint's model, and the rescaling the run started with ("auto" was resolved then)."""
+    encoder = load_model(checkpoint / MODEL_FOLDER, trust_remote_code=config.backbone.trust_remote_code)
+    if isinstance(encoder, InferenceFreeEncoder):
+        encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
+    saved = load_config(output / CONFIG_FILE).rescale
+    rescaling = (RescaleRecord(None, "none") if saved.k is None
+                 else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
+    return encoder, dataclasses.replace(config, rescale=saved), rescaling
+
+
+# ------------------------------------------------------------------------------------------ a step's parts
+def regularization_weights(step: int, regularizer: RegularizerConfig) -> tuple[float, float]:
+    """(λ_q, λ_d) at ``step``: each grows quadratically to its value over the regularizer's warm-up."""
+    return (lambda_at(step, regularizer.lambda_q, regularizer.warmup_steps),
+            lambda_at(step, regularizer.lambda_d, regularizer.warmup_steps))
+
+
+def update(run: Training, step: int, loss: float) -> tuple[float, float]:
+    """Average the gradients over processes, clip, step AdamW and the schedule; (grad norm, lr used).
+
+    Stops the run, with nothing saved, on a non-finite loss or gradient (the model is not updated), on an update
+    whose step size overflows, and on weights a finite gradient still made non-finite (a huge lr)."""
+    opt, parameters = run.config.optimization, run.parameters
+    distributed.average_gradients(parameters, run.processes)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, opt.max_grad_norm or math.inf))
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise TrainingStopped(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
+                              f"the model was not updated. {_last_good(run.output)}")
+    lr = float(run.scheduler.get_last_lr()[0])
     try:
-        for step in range(start + 1, opt.steps + 1):
-            began = time.perf_counter()
-            examples = training_set.batch(step, opt.batch_size, config.data.negatives, config.seed)
-            lambdas = (lambda_at(step, regularizer.lambda_q, regularizer.warmup_steps),
-                       lambda_at(step, regularizer.lambda_d, regularizer.warmup_steps))
-            loss, parts = forward_backward(encoder, split_batch(examples, opt.accumulation, processes),
-                                           teacher_scores(examples, processes.device), lambdas, config, processes)
-            distributed.average_gradients(parameters, processes)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, opt.max_grad_norm or math.inf))
-            if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-                raise TrainingStopped(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
-                                      f"the model was not updated. {_last_good(output)}")
-            lr = scheduler.get_last_lr()[0]
-            try:
-                optimizer.step()
-            except RuntimeError as error:  # AdamW's step size (lr / bias correction) beyond float range
-                if "overflow" not in str(error):
-                    raise
-                raise TrainingStopped(f"the update of step {step} overflowed ({error}; learning rate {lr:g}); "
-                                      f"nothing was saved. {_last_good(output)}") from None
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            damaged = non_finite_weights(encoder)  # a finite gradient can still give NaN/inf weights (huge lr)
-            if damaged:
-                raise TrainingStopped(f"non-finite weights after the update of step {step} ({', '.join(damaged[:3])}"
-                                      f"{' …' if len(damaged) > 3 else ''}); nothing was saved. {_last_good(output)}")
-            progress.update(1)
-            progress.set_postfix(loss=f"{loss:.4f}", q_nnz=f"{parts['q_nnz']:.0f}", d_nnz=f"{parts['d_nnz']:.0f}")
-            if step % log.every == 0 or step == opt.steps:
-                record = {"step": step, "loss": loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
-                          **weight_norms(encoder.model), "grad_norm": grad_norm, "lr": lr,
-                          "examples_per_s": opt.batch_size / (time.perf_counter() - began)}
-                found = collapse.update(record)
-                if metrics is not None:
-                    metrics.write(record | ({"collapse": found[0]} if found else {}))
-                if found:
-                    logger.warning("COLLAPSE at step %d: %s", step, found[1])
-                    if log.stop_on_collapse:
-                        raise TrainingStopped(f"stopped on collapse at step {step}: {found[1]}. {_last_good(output)}")
-            if step % log.checkpoint_every == 0 and step < opt.steps:
-                if processes.main:
-                    save_checkpoint(output, step, encoder, optimizer, scheduler, log.keep_checkpoints)
-                distributed.barrier(processes)
-            if evaluations is not None and (step == opt.steps or (evaluate_every and step % evaluate_every == 0)):
-                run_evaluation(encoder, config, step, evaluations)
-        if processes.main:
-            encoder.save(output / "model")
-    finally:
-        progress.close()
-        if evaluations is not None:
-            evaluations.close()
-        if metrics is not None:
-            metrics.close()
-            if log.plots:
-                write_plots(output)
-    distributed.barrier(processes)
-    return TrainedRun(output, config, rescaling)
+        run.optimizer.step()
+    except RuntimeError as error:  # AdamW's step size (lr / bias correction) beyond float range
+        if "overflow" not in str(error):
+            raise
+        raise TrainingStopped(f"the update of step {step} overflowed ({error}; learning rate {lr:g}); "
+                              f"nothing was saved. {_last_good(run.output)}") from None
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    damaged = non_finite_weights(run.encoder)
+    if damaged:
+        raise TrainingStopped(f"non-finite weights after the update of step {step} ({', '.join(damaged[:3])}"
+                              f"{' …' if len(damaged) > 3 else ''}); nothing was saved. {_last_good(run.output)}")
+    return grad_norm, lr
+
+
+def log_step(run: Training, step: int, result: StepResult, lambdas: tuple[float, float], grad_norm: float,
+             lr: float) -> None:
+    """The progress bar; every ``logging.every`` steps (and the last) a ``metrics.jsonl`` record — the step's
+    values, the window's means and rates — and the collapse check (a stop with ``stop_on_collapse``)."""
+    parts = result.parts
+    run.progress.update(1)
+    run.progress.set_postfix(loss=f"{result.loss:.4f}", q_nnz=f"{parts['q_nnz']:.0f}", d_nnz=f"{parts['d_nnz']:.0f}")
+    log = run.config.logging
+    if step % log.every and step != run.config.optimization.steps:
+        return
+    record = {"step": step, "loss": result.loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
+              **weight_norms(run.encoder), "grad_norm": grad_norm, "lr": lr, **run.window.summary()}
+    run.window = LogWindow()
+    found = run.collapse.update(record)
+    if run.metrics is not None:
+        run.metrics.write(record | ({"collapse": found[0]} if found else {}))
+    if found:
+        logger.warning("COLLAPSE at step %d: %s", step, found[1])
+        if log.stop_on_collapse:
+            raise TrainingStopped(f"stopped on collapse at step {step}: {found[1]}. {_last_good(run.output)}")
+
+
+def periodic_work(run: Training, step: int) -> None:
+    """A checkpoint every ``logging.checkpoint_every`` steps (not at the end: the model is saved then), and an
+    evaluation every ``evaluation.every`` steps and at the end when ``evaluation.data`` is set."""
+    log, steps = run.config.logging, run.config.optimization.steps
+    if step % log.checkpoint_every == 0 and step < steps:
+        if run.processes.main:
+            save_checkpoint(run.output, step, run.encoder, run.optimizer, run.scheduler, log.keep_checkpoints)
+        distributed.barrier(run.processes)
+    every = run.config.evaluation.every
+    if run.evaluations is not None and (step == steps or (every and step % every == 0)):
+        run_evaluation(run.encoder, run.config, step, run.evaluations)
+
+
+def finish(run: Training) -> None:
+    """Save the trained model with its full model card: the recipe, the head it started from, the evaluations."""
+    if run.processes.main:
+        run.encoder.save(run.output / MODEL_FOLDER, training=recipe(run.config, run.initial_head),
+                         evaluation=logged_evaluations(run.output))
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def weight_norms(encoder: RetrievalModel) -> dict[str, float | None]:
+    """What rescaling moved, tracked over training: the head's Frobenius and mean row norm, its bias mean and
+    spread, and the word / position embedding norms (:func:`spladekit.model.head.embedding_norms`)."""
+    head = head_norms(encoder.model)
+    return {"head_norm": head["frobenius_norm"], "head_mean_row_norm": head["mean_row_norm"],
+            "bias_mean": head["bias_mean"], "bias_std": head["bias_std"], **embedding_norms(encoder.model)}
+
+
+def recipe(config: TrainConfig, initial_head: HeadReport | None) -> dict:
+    """The model card's training section: the settings that define the run, and the initial head norms."""
+    recipe: dict[str, object] = {"loss": config.loss.name, "regularizer": config.regularizer.name,
+              "lambda_q": config.regularizer.lambda_q, "lambda_d": config.regularizer.lambda_d,
+              "steps": config.optimization.steps, "batch_size": config.optimization.batch_size,
+              "lr": config.optimization.lr, "training data": config.data.path, "rescale_k": config.rescale.k,
+              "rescale_mode": config.rescale.mode if config.rescale.k is not None else "none"}
+    if initial_head is not None:
+        recipe["initial_head_norms"] = {key: getattr(initial_head, key)
+                                        for key in ("frobenius_norm", "mean_row_norm", "max_row_norm")}
+    return recipe
+
+
+def logged_evaluations(output: Path) -> list[EvaluationResult]:
+    """The last evaluation ``evaluation.jsonl`` holds (the final one), as results; none when not evaluated."""
+    records = read_metrics(output, EVALUATION_FILE)
+    return [EvaluationResult.from_dict(record, output / EVALUATION_FILE) for record in records[-1:]]
+
+
+def _last_good(output: Path) -> str:
+    """Where to restart from: the newest checkpoint (checkpoints are verified finite when written)."""
+    last = checkpoints(output)
+    return f"Last good checkpoint: {last[-1] if last else 'none (no checkpoint written yet)'}"
+
+
+def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> None:
+    """Evaluate the model as it is now with :func:`spladekit.evaluation.evaluate.evaluate_data` and log it."""
+    setting = config.evaluation
+    assert setting.data is not None  # called only when evaluation.data is set
+    result = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
+                           max_length=setting.max_length or config.data.doc_max_length,
+                           max_active_dims=setting.max_active_dims, cache=False, show_progress=False)
+    log.write({"step": step, **result.to_dict()})
+    logger.info("step %d: evaluation on %s: %s", step, setting.data,
+                ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()))

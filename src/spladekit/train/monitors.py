@@ -3,8 +3,10 @@
 ``metrics.jsonl`` holds one JSON object per logged step: ``step``, ``loss`` (total), ``ranking_loss``,
 ``reg_q`` / ``reg_d`` (the regularizer values), ``flops_q`` / ``flops_d`` (FLOPS of the batch, whatever
 the regularizer), ``lambda_q`` / ``lambda_d``, ``q_nnz`` / ``d_nnz`` (average active dimensions),
-``head_norm`` (Frobenius norm of the vocabulary projection), ``grad_norm`` (before clipping), ``lr``,
-``examples_per_s``; for the collapse detector ``uniform_loss`` (the ranking loss when every candidate
+``head_norm`` (Frobenius norm of the vocabulary projection), ``grad_norm`` (before clipping), ``lr`` —
+each the logged step's own value —, ``loss_mean`` / ``ranking_loss_mean`` (means over the steps since the
+previous record, or since the resume), ``examples_per_s`` and ``tokens_per_s`` (over those steps; real,
+non-padding tokens through this process's backbone); for the collapse detector ``uniform_loss`` (the ranking loss when every candidate
 scores the same: ``ln(candidates)`` for InfoNCE, absent for distillation), ``score_spread`` (mean over
 queries of the standard deviation of their in-batch candidate scores), ``doc_similarity`` (mean cosine
 between different documents of the batch), and ``collapse`` (the shape's name) on the log where one is
@@ -133,8 +135,10 @@ class CollapseDetector:
         return found
 
 
+# file → (title, keys); the loss curves are window means (a single batch's loss is noisy), steps for older logs
+LOSS_FALLBACK = {"loss_mean": "loss", "ranking_loss_mean": "ranking_loss"}
 PLOTS = {
-    "loss.png": ("loss", ["loss", "ranking_loss"]),
+    "loss.png": ("loss (mean of each logging window)", ["loss_mean", "ranking_loss_mean"]),
     "lambda.png": ("regularization weight λ", ["lambda_q", "lambda_d"]),
     "nnz.png": ("average active dimensions", ["q_nnz", "d_nnz"]),
     "head_norm.png": ("head Frobenius norm", ["head_norm"]),
@@ -159,7 +163,8 @@ def write_plots(output: Path) -> list[Path]:
     steps = [record["step"] for record in records]
     for name, (title, keys) in PLOTS.items():
         # a key absent or null in every record (a model without bias or position table, an older log) is left out
-        keys = [key for key in keys if any(record.get(key) is not None for record in records)]
+        present = [key for key in keys if any(record.get(key) is not None for record in records)]
+        keys = present or [LOSS_FALLBACK[key] for key in keys if key in LOSS_FALLBACK]
         if not keys:
             continue
         figure, axes = plt.subplots(figsize=(6, 3.5))

@@ -1,0 +1,163 @@
+"""Everything a training run does before its first step: the output folder (new, overwritten or resumed), the
+initial encoder with its head rescaled once (``rescale.k/mode: auto`` resolved here and recorded in
+``config.yaml``), the step-0 head warnings, and AdamW's parameter groups."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Literal, cast
+
+import numpy as np
+import torch
+
+from spladekit.common.atomic import atomic_file, check_new_output
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import read_json
+from spladekit.data.training import TrainingSet
+from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
+from spladekit.model.encoder import SparseEncoder
+from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+from spladekit.model.loading import RetrievalModel
+from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale
+from spladekit.train.checkpoint import checkpoints
+from spladekit.train.config import TrainConfig, load_config, save_config
+
+logger = logging.getLogger("spladekit")
+
+CONFIG_FILE = "config.yaml"
+INITIAL_HEAD_FILE = "initial_head.json"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[RetrievalModel, RescaleRecord]:
+    """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
+    :func:`spladekit.model.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
+    (query, positive) pairs of the training data). ``model.kind: inference-free`` adds the query weight
+    table, initialised from the IDF of the training set's documents (:func:`spladekit.model.inference_free.idf_weights`)."""
+    backbone, setting = config.backbone, config.rescale
+    encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
+    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
+                             pairs=sample_pairs(training_set, setting.auto_pairs), max_length=config.data.doc_max_length)
+    encoder = apply_rescale(encoder, record)
+    if config.model.kind == "splade":
+        return encoder, record
+    documents = training_set.document_texts()
+    weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size, show_progress=config.logging.progress)
+    return InferenceFreeEncoder(encoder, weights, query_max_length=config.data.query_max_length,
+                                freeze_query_weights=config.model.freeze_query_weights,
+                                query_weights_origin=f"IDF of the {len(documents)} training documents of "
+                                                     f"{config.data.path}"), record
+
+
+def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
+    """The first ``count`` (query, positive) text pairs of the training data (auto-k and step-0 checks)."""
+    return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
+
+
+def initial_head_report(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet,
+                        rescaling: RescaleRecord) -> HeadReport:
+    """Diagnose the head training starts from (after rescaling) on the training pairs, and log
+    :func:`spladekit.model.diagnosis.step0_warnings` for it."""
+    report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
+    for warning in step0_warnings(report, embeddings_warned=rescaling.mode == "tied"):
+        logger.warning("step 0: %s", warning)
+    return report
+
+
+def write_initial_head(output: Path, report: HeadReport) -> None:
+    """``initial_head.json``: the step-0 head report, for the model card of this run (and of a resumed one)."""
+    with atomic_file(output / INITIAL_HEAD_FILE) as stream:
+        stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+def read_initial_head(output: Path) -> HeadReport | None:
+    """The step-0 head report a run recorded (None for a run started before it was recorded)."""
+    path = output / INITIAL_HEAD_FILE
+    if not path.is_file():
+        return None
+    values = read_json(path, dict)
+    try:
+        return HeadReport(**values)
+    except TypeError as error:
+        raise InputError(f"not a head report ({error})", path) from None
+
+
+def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
+    """A copy of ``config`` with ``rescale.k/mode`` as applied (the input is never modified)."""
+    # record.mode is tied or untie unless "none" (resolve_rescale checked it)
+    mode = config.rescale.mode if record.mode == "none" else cast(Literal["tied", "untie"], record.mode)
+    return dataclasses.replace(config, rescale=dataclasses.replace(config.rescale, k=record.k, mode=mode))
+
+
+def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+    """Check the output folder (nothing is deleted here: with ``overwrite`` an existing run is set aside
+    later, see :func:`train`); for ``resume`` return the newest checkpoint (the config must match)."""
+    if not resume:
+        check_new_output(output, overwrite, folder=True)
+        return None
+    if not (output / CONFIG_FILE).is_file():
+        raise SpladekitError(f"{output}: nothing to resume (no {CONFIG_FILE}); start without --resume")
+    saved = load_config(output / CONFIG_FILE)
+    requested = config.to_dict()
+    for key in ("k", "mode"):  # an "auto" value was resolved once, at the start of the run
+        if requested["rescale"][key] == "auto":
+            requested["rescale"][key] = getattr(saved.rescale, key)
+    differ = _changed_keys(saved.to_dict(), requested)
+    if differ:
+        raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
+                             f"only logging.* may change")
+    found = checkpoints(output)
+    if not found:
+        raise SpladekitError(f"{output}: nothing to resume (no checkpoint yet); start again with --overwrite")
+    return found[-1]
+
+
+def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
+    """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
+    output.mkdir(parents=True, exist_ok=True)
+    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
+                   for key in record.auto)
+    save_config(config, output / CONFIG_FILE, header=note)
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    changed = []
+    for key in old.keys() | new.keys():
+        if isinstance(old.get(key), dict):
+            changed += _changed_keys(old[key], new.get(key, {}), f"{prefix}{key}.")
+        elif old.get(key) != new.get(key) and f"{prefix}{key}".split(".")[0] != "logging":
+            changed.append(prefix + key)
+    return sorted(changed)
+
+
+def parameter_groups(encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool,
+                     query_weights_lr: float | None = None) -> list[dict]:
+    """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
+    (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
+    the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
+    (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
+    during training, which interacts with the head rescaling under study. An inference-free model's
+    trainable query weight table is a third group: its own learning rate ``query_weights_lr``, no decay."""
+    embeddings = encoder.model.get_input_embeddings().weight
+    table = encoder.query_weights if isinstance(encoder, InferenceFreeEncoder) else None
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for parameter in encoder.parameters():
+        if not parameter.requires_grad or parameter is table:
+            continue
+        exempt = parameter.ndim < 2 or (parameter is embeddings and not decay_embeddings)
+        (no_decay if exempt else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if table is not None and table.requires_grad:
+        groups.append({"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None
+                                                                   else {"lr": query_weights_lr})})
+    return groups

@@ -1,0 +1,157 @@
+"""One optimizer step's gradients: encode the batch, the full-batch objective, backward (GradCache when the
+batch is split into micro-batches). See :mod:`spladekit.train.loop` for the objective and why the batch is
+always the effective batch.
+
+The step reads only :class:`StepSettings`, a small frozen view of the config, never the whole ``TrainConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from spladekit.common import distributed
+from spladekit.common.devices import autocast
+from spladekit.data.training import Example
+from spladekit.model.inference_free import InferenceFreeEncoder
+from spladekit.model.loading import RetrievalModel
+from spladekit.train.checkpoint import rng_state, set_rng_state
+from spladekit.train.config import TrainConfig
+from spladekit.train.losses import LOSSES
+from spladekit.train.regularizers import REGULARIZERS, flops
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What one step needs of the config: token limits, negatives per query, bf16, the loss and regularizer."""
+
+    query_max_length: int
+    doc_max_length: int
+    negatives: int
+    bf16: bool
+    loss: str
+    regularizer: str
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> StepSettings:
+        return cls(config.data.query_max_length, config.data.doc_max_length, config.data.negatives,
+                   config.optimization.bf16, config.loss.name, config.regularizer.name)
+
+
+class Encoded(NamedTuple):
+    """A (micro-)batch's vectors (Q: b × V, P: b × V, N: b × K × V) and the real (non-padding) tokens the
+    backbone read for them."""
+
+    queries: torch.Tensor
+    positives: torch.Tensor
+    negatives: torch.Tensor
+    tokens: int
+
+
+class StepResult(NamedTuple):
+    """The full-batch loss and its parts (floats), and the real tokens this process's backbone read for the
+    batch (counted once, though GradCache encodes twice)."""
+
+    loss: float
+    parts: dict[str, float]
+    tokens: int
+
+
+def encode_examples(encoder: RetrievalModel, examples: list[Example], settings: StepSettings,
+                    device: torch.device) -> Encoded:
+    """Encode a (micro-)batch; queries and documents are capped at their own token limits. An inference-free
+    model's queries are its weight table rows, not a forward pass (so they read no tokens)."""
+    texts = [e.query for e in examples]
+    tokens = 0
+    with autocast(device, settings.bf16):
+        if isinstance(encoder, InferenceFreeEncoder):
+            queries = encoder.query_forward(texts, settings.query_max_length)
+        else:
+            query_batch = encoder.tokenize(texts, settings.query_max_length)
+            tokens += int(query_batch["attention_mask"].sum())
+            queries = encoder(query_batch)
+        documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
+        doc_batch = encoder.tokenize(documents, settings.doc_max_length)
+        tokens += int(doc_batch["attention_mask"].sum())
+        docs = encoder(doc_batch)
+    b = len(examples)
+    return Encoded(queries.float(), docs[:b].float(), docs[b:].float().view(b, settings.negatives, -1), tokens)
+
+
+def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None,
+              lambdas: tuple[float, float], settings: StepSettings) -> tuple[torch.Tensor, dict[str, float]]:
+    """Total loss (a tensor) and its parts (floats) on the full batch."""
+    ranking = LOSSES[settings.loss](q, p, n, teacher)
+    docs = torch.cat([p, n.flatten(0, 1)])
+    regularize = REGULARIZERS[settings.regularizer]
+    reg_q, reg_d = regularize(q), regularize(docs)
+    total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
+    with torch.no_grad():
+        parts = {"ranking_loss": ranking, "reg_q": reg_q, "reg_d": reg_d, "flops_q": flops(q), "flops_d": flops(docs),
+                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean(),
+                 **collapse_signals(q, p, n, docs)}
+    values = {name: float(value.detach()) for name, value in parts.items()}
+    # InfoNCE over B in-batch positives + K own negatives, all scores equal: -log(1 / (B + K))
+    return total, values | ({"uniform_loss": math.log(q.shape[0] + n.shape[1])} if settings.loss == "infonce" else {})
+
+
+def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a uniform collapse looks like (see ``monitors.CollapseDetector``): the spread of each query's
+    in-batch candidate scores, and how alike the documents' vectors are (mean cosine of distinct pairs)."""
+    scores = torch.cat([q @ p.T, torch.einsum("bv,bkv->bk", q, n)], dim=1)
+    unit = torch.nn.functional.normalize(docs, dim=1)
+    pairs = docs.shape[0] * (docs.shape[0] - 1)
+    similarity = ((unit @ unit.T).sum() - (unit * unit).sum()) / max(pairs, 1)
+    return {"score_spread": scores.std(dim=1).mean(), "doc_similarity": similarity}
+
+
+def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
+                     lambdas: tuple[float, float], settings: StepSettings,
+                     processes: distributed.Processes) -> StepResult:
+    """Gradients of the full-batch objective (see :mod:`spladekit.train.loop`)."""
+    device = processes.device
+
+    def full_batch_loss(encoded: Sequence[Encoded]) -> tuple[torch.Tensor, dict[str, float]]:
+        q, p, n = (torch.cat([distributed.gather(vectors, processes) for vectors in side])
+                   for side in zip(*(part[:3] for part in encoded)))
+        return objective(q, p, n, teacher, lambdas, settings)
+
+    if len(micro_batches) == 1:
+        encoded = encode_examples(encoder, micro_batches[0], settings, device)
+        total, parts = full_batch_loss([encoded])
+        total.backward()
+        return StepResult(float(total.detach()), parts, encoded.tokens)
+    states: list[dict] = []
+    cached: list[Encoded] = []
+    for micro in micro_batches:  # pass 1: vectors of every micro-batch, no graph
+        states.append(rng_state())
+        with torch.no_grad():
+            q, p, n, tokens = encode_examples(encoder, micro, settings, device)
+        cached.append(Encoded(q.detach().requires_grad_(), p.detach().requires_grad_(), n.detach().requires_grad_(),
+                              tokens))
+    total, parts = full_batch_loss(cached)
+    total.backward()  # d loss / d cached vectors
+    for micro, state, reps in zip(micro_batches, states, cached):  # pass 2: into the model
+        set_rng_state(state)
+        torch.autograd.backward(encode_examples(encoder, micro, settings, device)[:3], [x.grad for x in reps[:3]])
+    return StepResult(float(total.detach()), parts, sum(part.tokens for part in cached))
+
+
+def split_batch(examples: list[Example], accumulation: int, processes: distributed.Processes) -> list[list[Example]]:
+    """This process's share of each micro-batch: micro-batch j, rank r gets a contiguous slice, so the
+    gathered order (micro-batch, then rank) is the order of the examples."""
+    micro = len(examples) // accumulation
+    share = micro // processes.world_size
+    return [examples[j * micro + processes.rank * share: j * micro + (processes.rank + 1) * share]
+            for j in range(accumulation)]
+
+
+def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tensor | None:
+    """The teacher's scores of each example's (positive, negatives…), for distillation losses; None without."""
+    if examples[0].teacher is None:
+        return None
+    return torch.tensor([e.teacher for e in examples], dtype=torch.float32, device=device)
