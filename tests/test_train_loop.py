@@ -27,9 +27,9 @@ from spladekit.model.backbone import vocab_projection
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
+from spladekit.train.monitors import CollapseDetector, read_metrics
 from spladekit.train.setup import parameter_groups
 from spladekit.train.step import StepSettings, encode_examples, forward_backward, objective
-from spladekit.train.monitors import CollapseDetector, read_metrics
 from tiny_models import build_tiny_model
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
 
