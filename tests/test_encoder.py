@@ -49,6 +49,14 @@ def test_output_is_vocabulary_sized_float32_csr_in_input_order(tiny_model_dirs):
     assert np.array_equal(reversed_vectors[::-1].toarray() > 0, vectors.toarray() > 0)
 
 
+@pytest.mark.parametrize("method", ["encode", "encode_query", "encode_document"])
+def test_one_string_is_one_text(tiny_model_dirs, method):
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    one = getattr(encoder, method)(TEXTS[0], show_progress=False)
+    assert one.shape == (1, encoder.vocab_size)  # not one row per character
+    np.testing.assert_array_equal(one.toarray(), getattr(encoder, method)([TEXTS[0]], show_progress=False).toarray())
+
+
 def test_term_ids_match_the_models_own_logits(tiny_model_dirs):
     """Column v of the CSR must be max_t log1p(relu(logits[t, v])) from the unmodified model forward."""
     encoder = load(tiny_model_dirs["bert"], "bert")

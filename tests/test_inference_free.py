@@ -93,6 +93,13 @@ def test_encode_is_the_document_side(free_model):
                                   free_model.document_encoder.encode(SAMPLE_TEXTS, show_progress=False).toarray())
 
 
+@pytest.mark.parametrize("method", ["encode", "encode_query", "encode_document"])
+def test_one_string_is_one_text(free_model, method):
+    one = getattr(free_model, method)(SAMPLE_TEXTS[0], show_progress=False)
+    assert one.shape == (1, free_model.vocab_size)  # not one row per character
+    np.testing.assert_array_equal(one.toarray(), getattr(free_model, method)([SAMPLE_TEXTS[0]], show_progress=False).toarray())
+
+
 def test_save_and_load_round_trip(free_model, tmp_path):
     folder = free_model.save(tmp_path / "free")
     assert (folder / QUERY_WEIGHTS_FILE).is_file()

@@ -136,7 +136,7 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
                for query, positive, negative in mined if query == text)
     assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
     assert "nDCG@10" in summary["after"] and "nDCG@10" in summary["before"]
-    assert f"| triplets | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
+    assert f"| training data | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
 
 
 def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_dirs, beir_folder, tmp_path):
@@ -159,7 +159,7 @@ def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_di
     for side in ("before", "after"):
         assert (summary[side]["docs"], summary[side]["queries"], summary[side]["max_length"]) == (5, 2, 12)
     assert set(Run.read(out / "run.trec").scores) == {"x0", "x1"}
-    assert f"| triplets | {beir_folder / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
+    assert f"| training data | {beir_folder / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
     trained = SparseEncoder.from_pretrained(out / "train" / "model")
     again = evaluate(trained, load_collection(other, "test"), max_length=12, cache=False, show_progress=False)
     assert summary["after"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])

@@ -19,7 +19,7 @@ def test_paths_and_ids():
 
 
 def fake_checkout(root, with_pyproject: bool):
-    package = root / "repo" / "src" / "spladekit"
+    package = root / "repo" / "src" / "spladekit" / "common"
     package.mkdir(parents=True)
     (root / "shared").mkdir()
     if with_pyproject:

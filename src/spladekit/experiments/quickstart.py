@@ -229,7 +229,8 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
 
     say(f"[5/{STAGES}] plots and summary")
     # the card again: this evaluation happened after training (the training wrote the card without it)
-    write_model_card(run.model, trained, training=recipe(run.config, run.initial_head), evaluation=[after])
+    training = recipe(run.config, run.initial_head) | {"training data": str(final_path(triplets))}
+    write_model_card(run.model, trained, training=training, evaluation=[after])
     table = summary_table(before, after, rescaling, steps)
     plots = final_path(run.output / "plots")
     summary = {"backbone": str(backbone), "data": str(data), "eval_data": str(eval_data), "split": split,

@@ -117,6 +117,11 @@ class NonFiniteVector(SpladekitError):
         self.index = index
 
 
+def text_list(texts: str | Sequence[str]) -> list[str]:
+    """The texts to encode: one string is one text (as in sentence-transformers), never its characters."""
+    return [texts] if isinstance(texts, str) else list(texts)
+
+
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
@@ -263,21 +268,21 @@ class SparseEncoder(nn.Module):
 
     def encode(
         self,
-        texts: list[str],
+        texts: str | Sequence[str],
         batch_size: int = 32,
         max_length: int | None = None,
         show_progress: bool = True,
         description: str = "encoding",
         ids: Sequence[str] | None = None,
     ) -> sp.csr_matrix:
-        """Encode texts to a float32 CSR matrix (rows in input order); ``max_length`` defaults to the document
-        side's limit (:meth:`encode_document` without pruning).
+        """Encode texts to a float32 CSR matrix (rows in input order; one string is one text, one row);
+        ``max_length`` defaults to the document side's limit (:meth:`encode_document` without pruning).
 
         Texts are sorted by token length so each batch pads little; results are put back in order. A text
         whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
         position (and its id, from ``ids`` when given): such vectors are never returned.
         """
-        texts = list(texts)
+        texts = text_list(texts)
         if not texts:
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
         if batch_size < 1:
@@ -328,7 +333,7 @@ class SparseEncoder(nn.Module):
 
     def encode_query(
         self,
-        texts: list[str],
+        texts: str | Sequence[str],
         batch_size: int = 32,
         max_length: int | None = None,
         show_progress: bool = True,
@@ -342,7 +347,7 @@ class SparseEncoder(nn.Module):
 
     def encode_document(
         self,
-        texts: list[str],
+        texts: str | Sequence[str],
         batch_size: int = 32,
         max_length: int | None = None,
         show_progress: bool = True,
@@ -353,7 +358,7 @@ class SparseEncoder(nn.Module):
         ``max_active_dims`` only the k largest weights of each vector are kept."""
         return self._encode_side("document", texts, batch_size, max_length, show_progress, max_active_dims, ids)
 
-    def _encode_side(self, side: Side, texts: list[str], batch_size: int, max_length: int | None,
+    def _encode_side(self, side: Side, texts: str | Sequence[str], batch_size: int, max_length: int | None,
                      show_progress: bool, max_active_dims: int | None, ids: Sequence[str] | None) -> sp.csr_matrix:
         check_max_active_dims(max_active_dims)  # before any encoding
         vectors = self.encode(texts, batch_size=batch_size, max_length=self.side_max_length(side, max_length),

@@ -53,7 +53,7 @@ from spladekit.common.lines import expect, reading
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.card import CardEvaluation, write_model_card
-from spladekit.model.encoder import METADATA_FILE, SparseEncoder, check_side, read_metadata
+from spladekit.model.encoder import METADATA_FILE, SparseEncoder, check_side, read_metadata, text_list
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -303,7 +303,7 @@ class InferenceFreeEncoder(nn.Module):
         presence = presence.scatter_reduce(1, input_ids, mask, reduce="amax")
         return presence * self.query_weights
 
-    def encode_query(self, texts: Sequence[str], batch_size: int = 32, max_length: int | None = None,
+    def encode_query(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
                      show_progress: bool = True, max_active_dims: int | None = None,
                      ids: Sequence[str] | None = None) -> sp.csr_matrix:
         """Query vectors (CSR float32, rows in input order): ``w_v`` for each distinct token v of each query,
@@ -311,7 +311,7 @@ class InferenceFreeEncoder(nn.Module):
         check_max_active_dims(max_active_dims)
         if batch_size < 1:
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
-        texts = list(texts)
+        texts = text_list(texts)
         table = self.query_weights.detach().float().cpu().numpy()
         indptr, indices, data = [0], [], []
         with tqdm(total=len(texts), desc="encoding queries", unit="text", disable=not show_progress,
@@ -339,21 +339,21 @@ class InferenceFreeEncoder(nn.Module):
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         return self.document_encoder.tokenize(texts, max_length)
 
-    def encode_document(self, texts: Sequence[str], batch_size: int = 32, max_length: int | None = None,
+    def encode_document(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
                         show_progress: bool = True, max_active_dims: int | None = None,
                         ids: Sequence[str] | None = None) -> sp.csr_matrix:
         """Document vectors: the SPLADE document encoder (:meth:`SparseEncoder.encode`), optionally pruned to
         the ``max_active_dims`` heaviest weights per document."""
         check_max_active_dims(max_active_dims)
-        matrix = self.document_encoder.encode(list(texts), batch_size=batch_size, max_length=max_length,
+        matrix = self.document_encoder.encode(texts, batch_size=batch_size, max_length=max_length,
                                               show_progress=show_progress, ids=ids)
         return matrix if max_active_dims is None else keep_top_weights(matrix, max_active_dims)
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32, max_length: int | None = None,
+    def encode(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
                show_progress: bool = True, description: str = "encoding",
                ids: Sequence[str] | None = None) -> sp.csr_matrix:
         """Documents (the default route, as in sentence-transformers); queries: :meth:`encode_query`."""
-        return self.document_encoder.encode(list(texts), batch_size=batch_size, max_length=max_length,
+        return self.document_encoder.encode(texts, batch_size=batch_size, max_length=max_length,
                                             show_progress=show_progress, description=description, ids=ids)
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
