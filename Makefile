@@ -27,7 +27,7 @@ test: install
 	$(BIN)/python -m pytest -q
 
 # The main job: diagnose -> evaluate before -> train (auto-k) -> evaluate after -> plots + summary. With no
-# --backbone/--data/--eval-data, quickstart uses ../shared (offline copies beside the repository) when it is
+# --backbone/--train-data/--eval-data, quickstart uses ../shared (offline copies beside the repository) when it is
 # there, else the public defaults from the Hugging Face hub and ir_datasets (README.md, "Quickstart defaults"):
 # trained on SciFact's triplets, evaluated on the whole Cranfield collection. Sized to a few minutes on 2 CPU
 # cores: documents evaluated at 128 tokens (encoding time is proportional to the tokens encoded).

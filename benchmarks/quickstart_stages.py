@@ -1,7 +1,7 @@
 """Where one quickstart's time goes, per stage: wall seconds and CPU seconds (user + sys of the whole process,
 ``resource.getrusage``), and the peak resident set so far, printed when each stage is announced and at the end.
 
-Runs ``spladekit.experiments.quickstart.quickstart`` in this process (options: the CLI's --backbone, --data, --eval-data,
+Runs ``spladekit.experiments.quickstart.quickstart`` in this process (options: the CLI's --backbone, --train-data, --eval-data,
 --max-length, --steps, same defaults; the output is always overwritten), so the stage boundaries are the
 quickstart's own announcements. For an uncached first run point ``SPLADEKIT_CACHE`` at an empty folder. Run
 from the repository root (the README's demo section has the numbers):
@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", required=True)
     parser.add_argument("--backbone")
-    parser.add_argument("--data")
+    parser.add_argument("--train-data")
     parser.add_argument("--eval-data")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--max-length", type=int)
@@ -47,7 +47,7 @@ def main() -> None:
                   f"peak {stages[-1][3]:.0f} MB", flush=True)
         print(line, flush=True)
 
-    summary = quickstart(args.backbone, args.data, args.output, steps=args.steps, overwrite=True,
+    summary = quickstart(args.backbone, args.train_data, args.output, steps=args.steps, overwrite=True,
                          show_progress=True, say=say, eval_data=args.eval_data, max_length=args.max_length)
     stages.append(("end", time.perf_counter(), cpu_seconds(), peak_mb()))
     print(summary["table"])

@@ -240,11 +240,11 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path, 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["docs"] == 8
     done = cli("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
-                     "--max-length", 64, "--k", 3, "--output", tmp_path / "run.trec")
+                     "--max-length", 64, "--hits", 3, "--output", tmp_path / "run.trec")
     assert done.returncode == 0, done.stderr
     run = Run.read(tmp_path / "run.trec")
     assert set(run.scores) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.scores.values())
-    again = ("search", tmp_path / "index", "--query-vectors", tmp_path / "vectors", "--k", 2, "--output",
+    again = ("search", tmp_path / "index", "--query-vectors", tmp_path / "vectors", "--hits", 2, "--output",
              tmp_path / "run.trec")
     done = cli(*again)  # an existing run file is not replaced silently
     assert done.returncode == 2 and "already exists" in done.stderr and "--overwrite" in done.stderr

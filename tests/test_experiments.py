@@ -40,6 +40,7 @@ def write_sweep(tmp_path: Path, **changes) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     sweep = load_sweep(write_sweep(tmp_path))

@@ -13,10 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spladekit.common.errors import SpladekitError
+from spladekit.common.sparse import keep_top_weights
 from spladekit.export import (
     escape_feature,
     export_search_engine,
-    prune_top_k,
     quantize,
     unescape_feature,
 )
@@ -119,37 +119,37 @@ def test_export_follows_field_rules_and_round_trips(tmp_path, engine, field_type
 
 def test_pruning_and_quantization_in_export(tmp_path):
     documents = random_vectors(20, seed=3)
-    export_search_engine(documents, [str(i) for i in range(20)], TOKENS, tmp_path / "es", top_k=3, scale=100)
+    export_search_engine(documents, [str(i) for i in range(20)], TOKENS, tmp_path / "es", max_active_dims=3, scale=100)
     parsed = read_bulk(tmp_path / "es", "splade")
     recovered = as_matrix([features for _, features in parsed], TOKENS)
-    expected = quantize(prune_top_k(documents, 3), 100).toarray()
+    expected = quantize(keep_top_weights(documents, 3), 100).toarray()
     np.testing.assert_array_equal(recovered, expected)
     assert all(len(features) <= 3 for _, features in parsed)
     assert all(isinstance(weight, int) for _, features in parsed for weight in features.values())
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("top_k", [None, 2])
-def test_non_finite_weights_are_refused_before_anything_is_written(tmp_path, bad, top_k):
+@pytest.mark.parametrize("max_active_dims", [None, 2])
+def test_non_finite_weights_are_refused_before_anything_is_written(tmp_path, bad, max_active_dims):
     """The engines reject NaN and infinite feature values; dropping them would silently change the vectors."""
     documents, queries = random_vectors(4, seed=5).toarray(), random_vectors(2, seed=6).toarray()
     documents[2, 3] = queries[1, 4] = bad
     documents, queries = sp.csr_matrix(documents), sp.csr_matrix(queries)
     with pytest.raises(SpladekitError, match=r"document 'doc-2' \(vector row 2\).*'100%'.* (nan|inf)"):
-        export_search_engine(documents, [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es", top_k=top_k)
+        export_search_engine(documents, [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es", max_active_dims=max_active_dims)
     assert not (tmp_path / "es").exists()
     with pytest.raises(SpladekitError, match=r"query 'q1' \(vector row 1\)"):
         export_search_engine(random_vectors(4, seed=5), [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es",
-                             top_k=top_k, queries=(queries, ["q0", "q1"]))
+                             max_active_dims=max_active_dims, queries=(queries, ["q0", "q1"]))
     assert not (tmp_path / "es").exists()
 
 
-def test_prune_top_k_keeps_heaviest_and_lower_id_on_ties():
+def test_keep_top_weights_keeps_heaviest_and_lower_id_on_ties():
     matrix = sp.csr_matrix(np.array([[0.5, 2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 1.0, 0.0, 0.0]],
                                     dtype=np.float32))
-    pruned = prune_top_k(matrix, 2).toarray()
+    pruned = keep_top_weights(matrix, 2).toarray()
     np.testing.assert_array_equal(pruned, [[0, 2, 0, 2, 0], [0, 0, 0, 0, 0], [3, 0, 1, 0, 0]])
-    np.testing.assert_array_equal(prune_top_k(matrix, 1).toarray()[0], [0, 2, 0, 0, 0])
+    np.testing.assert_array_equal(keep_top_weights(matrix, 1).toarray()[0], [0, 2, 0, 0, 0])
 
 
 def test_quantize_rounds_and_drops_zeros():

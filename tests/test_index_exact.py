@@ -282,7 +282,7 @@ def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path, cli):
     searcher.save(tmp_path / "index")
     Vectors(queries, ["q0", "q1", "q2"]).save(tmp_path / "queries")
     result = cli("search", tmp_path / "index", "--query-vectors",
-                             tmp_path / "queries", "--k", 10**12, "--output", tmp_path / "run.trec")
+                             tmp_path / "queries", "--hits", 10**12, "--output", tmp_path / "run.trec")
     assert result.returncode == 0, result.stderr
     run = Run.read(tmp_path / "run.trec")
     product = (queries @ documents.T).toarray()

@@ -121,6 +121,7 @@ def test_server_index_records_the_uri_but_never_the_token(tmp_path, monkeypatch)
         load_index(tmp_path / "index")
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_collection_top10_equals_exact():
     """splade-tiny on a slice of scifact (300 documents, 64 tokens, 15 queries): Milvus top-10 = exact top-10."""

@@ -195,7 +195,7 @@ def test_cli_index_and_search(tied, tmp_path, cli):
                  "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["params"]["scale"] == 100
-    result = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "queries", "--k", "10", "--param",
+    result = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "queries", "--hits", "10", "--param",
                  "algorithm=block_max_maxscore", "--output", tmp_path / "run.trec")
     assert result.returncode == 0, result.stderr
     lines = [line.split() for line in (tmp_path / "run.trec").read_text().splitlines()]

@@ -102,6 +102,7 @@ def test_cli_export_qdrant_local_storage(tmp_path, cli):
     client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_real_collection_top10_equals_brute_force():
     """splade-tiny on a slice of scifact (300 documents, 64 tokens, 15 queries): Qdrant top-10 = exact top-10."""

@@ -207,8 +207,8 @@ def test_cli_mine(cli, collection, tmp_path):
     assert "--set data.path=" in done.stdout and len(triplet_lines(out)) == 3  # 2 for q1, 1 (x2) for q2
     again = cli("mine", collection, "--output", out, "--negatives", "2")
     assert again.returncode == 2 and "already exists" in again.stderr
-    done = cli("mine", collection, "--output", tmp_path / "hn", "--format", "hard_negatives", "--json")
+    done = cli("mine", collection, "--output", tmp_path / "hn", "--layout", "hard_negatives", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["format"] == "hard_negatives"
-    bad = cli("mine", collection, "--output", tmp_path / "x", "--format", "pairs")
+    bad = cli("mine", collection, "--output", tmp_path / "x", "--layout", "pairs")
     assert bad.returncode == 2 and "unknown format 'pairs'" in bad.stderr

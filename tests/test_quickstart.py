@@ -57,7 +57,7 @@ def beir_folder(tmp_path):
 
 def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     out = tmp_path / "qs"
-    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data",
+    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data",
          beir_folder, "--output", out, "--steps", "4", "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
@@ -101,7 +101,7 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
 def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path, cli):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "x").write_text("keep")
-    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data",
+    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data",
          beir_folder, "--output", tmp_path / "qs", "--steps", "2")
     assert result.returncode == 2 and "already exists" in result.stderr
     assert (tmp_path / "qs" / "x").read_text() == "keep"
@@ -110,7 +110,7 @@ def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_pa
 def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_model_dirs, beir_folder, tmp_path, cli):
     bad = tmp_path / "bad.tsv"
     bad.write_text("a query without documents\n")  # read by the training, after diagnose.json was written
-    command = ["quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--output", tmp_path / "qs",
+    command = ["quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--output", tmp_path / "qs",
                "--steps", "2"]
     failed = cli(*command, "--triplets", bad)
     assert failed.returncode == 2 and "bad.tsv:1" in failed.stderr, failed.stderr
@@ -126,7 +126,7 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
     (beir_folder / "qrels" / "train.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items()))
     out = tmp_path / "qs"
-    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--output", out,
+    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--output", out,
                "--steps", "2", "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -140,7 +140,7 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
 
 
 def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_dirs, beir_folder, tmp_path):
-    """--data gives the training triplets, --eval-data the collection evaluated before and after (whole), with
+    """--train-data gives the training triplets, --eval-data the collection evaluated before and after (whole), with
     its documents cut to --max-length tokens."""
     other = tmp_path / "otherbeir"
     (other / "qrels").mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_di
                                                  for n, word in enumerate(["rocket", "violin"])))
     (other / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nx0\te0\t1\nx1\te4\t1\n")
     out = tmp_path / "qs"
-    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--data", beir_folder, "--eval-data", other,
+    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--eval-data", other,
                "--max-length", "12", "--output", out, "--steps", "2", "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
@@ -198,12 +198,13 @@ def offline_caches(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_quickstart_by_ids_from_the_caches(offline_caches, tmp_path):
     """quickstart with a hub id and an ir_datasets id, HF_HUB_OFFLINE=1: resolved from the caches alone."""
     out = tmp_path / "qs"
     result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE, "--data", DEFAULT_DATA,
+        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE, "--train-data", DEFAULT_DATA,
          "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")), "--steps", "2", "--output", str(out)],
         capture_output=True, text=True, env=offline_env(offline_caches), cwd=tmp_path)
     summary = _summary_ok(result, out)
@@ -215,12 +216,13 @@ def test_quickstart_by_ids_from_the_caches(offline_caches, tmp_path):
     assert "auto-k: k = " in result.stderr and "training:" in result.stderr  # the k explained; a progress bar
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path):
     out = tmp_path / "qs"
     env = offline_env(offline_caches) | {"HF_HOME": str(tmp_path / "empty")}
     result = subprocess.run([sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE,
-                             "--data", DEFAULT_DATA, "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")),
+                             "--train-data", DEFAULT_DATA, "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")),
                              "--output", str(out)],
                             capture_output=True, text=True, env=env, cwd=tmp_path)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -232,6 +234,7 @@ def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path)
 DEMO_MAX_LENGTH = int(re.search(r"--max-length (\d+)", (Path(__file__).parents[1] / "Makefile").read_text())[1])
 
 
+@pytest.mark.slow
 @pytest.mark.realdata
 def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches, tmp_path):
     """`make demo` in a copy of the repository with no `shared` folder beside it: the public default ids,

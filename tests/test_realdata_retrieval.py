@@ -25,6 +25,7 @@ def cache_env(request, monkeypatch):
     return {**os.environ, "SPLADEKIT_CACHE": str(folder)}
 
 
+@pytest.mark.slow
 def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
     model = shared_path("models", "splade-tiny-msmarco")
     data = shared_path("data", "scifact")
@@ -41,6 +42,7 @@ def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
     assert 50 < results["avg_d_nnz"] < 400 and 5 < results["avg_q_nnz"] < 100
 
 
+@pytest.mark.slow
 def test_scifact_approximate_backends_track_exact(cache_env):
     from spladekit import SparseEncoder
     from spladekit.data import load_collection
@@ -56,6 +58,7 @@ def test_scifact_approximate_backends_track_exact(cache_env):
         assert approx.metrics["nDCG@10"] == pytest.approx(exact.metrics["nDCG@10"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_scifact_pisa_is_within_0002_ndcg_of_exact(cache_env):
     """PISA ranks rank-safely by impacts round(w x 100) (the default scale): nDCG@10 within 0.002 of exact."""
     from spladekit import SparseEncoder

@@ -130,7 +130,7 @@ def test_index_of_a_sharded_folder_equals_that_of_a_single_file_one(cli, model, 
         done = cli("index", tmp_path / name, "--output", tmp_path / f"{name}-index", "--max-active-dims", 8, "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["docs"] == 11
-        done = cli("search", tmp_path / f"{name}-index", "--query-vectors", tmp_path / "single", "--k", 5,
+        done = cli("search", tmp_path / f"{name}-index", "--query-vectors", tmp_path / "single", "--hits", 5,
                    "--output", tmp_path / f"{name}.trec")
         assert done.returncode == 0, done.stderr
         runs.append((tmp_path / f"{name}.trec").read_text().replace(f"{name}-index", ""))

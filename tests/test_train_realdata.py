@@ -52,6 +52,7 @@ def test_fine_tune_splade_tiny_on_scifact(tmp_path):
     assert 0 < vectors.nnz < 200
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k, collapses", [(16, True), (1, False)])
 def test_over_rescaled_splade_tiny_stops_on_a_uniform_collapse_within_60_steps(tmp_path, caplog, k, collapses):
     """The recipe of configs/train-example.yaml (batch 8, 1 negative, lr 5e-5, λ 1e-3): at k = 16 tied the

@@ -49,7 +49,7 @@ def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path
 
 
 def _search_engine(source: str, engine: str, output: Optional[Path], model: Optional[str], queries: Optional[Path],
-                   field_type: Optional[str], index: str, field: str, top_k: Optional[int],
+                   field_type: Optional[str], index: str, field: str, max_active_dims: Optional[int],
                    quantize: Optional[float], overwrite: bool, trust_remote_code: bool) -> dict:
     from spladekit.export import export_search_engine
     from spladekit.export.search_engine import vocabulary_tokens
@@ -69,14 +69,16 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
             query_pair = (encoded.matrix, encoded.ids)
         tokens = vocabulary_tokens(model, documents.vocab_size, trust_remote_code=trust_remote_code)
         payload = export_search_engine(documents.matrix, documents.ids, tokens, staged, engine=engine,
-                                       field_type=field_type, index=index, field=field, top_k=top_k, scale=quantize,
+                                       field_type=field_type, index=index, field=field, max_active_dims=max_active_dims, scale=quantize,
                                        queries=query_pair)
     return payload | {"output": str(output)}
 
 
-def _ciff(source: str, output: Optional[Path], model: Optional[str], scale: float, overwrite: bool,
+def _ciff(source: str, output: Optional[Path], model: Optional[str], scale: Optional[float], overwrite: bool,
           trust_remote_code: bool) -> dict:
-    from spladekit.export.ciff import export_ciff
+    from spladekit.export.ciff import DEFAULT_SCALE, export_ciff
+
+    scale = DEFAULT_SCALE if scale is None else scale
 
     if output is None:
         raise SpladekitError("--format ciff needs --output (the .ciff file to write)")
@@ -113,13 +115,14 @@ def export(
                                              "sparse_vector (8.11+, default) or rank_features."),
     index: str = typer.Option("spladekit", help="opensearch/elasticsearch: index name in the bulk actions."),
     field: str = typer.Option("splade", help="opensearch/elasticsearch: name of the vector field."),
-    top_k: Optional[int] = typer.Option(None, min=1, help="opensearch/elasticsearch: keep only the k heaviest "
-                                        "terms of each vector."),
-    quantize: Optional[float] = typer.Option(None, help="opensearch/elasticsearch: weights -> round(w x SCALE), "
-                                             "whole numbers (e.g. 100)."),
-    quantization_scale: float = typer.Option(100.0, "--quantization-scale", help="ciff: impacts (CIFF tf) = "
-                                             "round(weight x SCALE); weights that round to 0 are dropped. 100 as "
-                                             "in Anserini's SPLADE impact indexes."),
+    max_active_dims: Optional[int] = typer.Option(None, min=1, help="opensearch/elasticsearch: keep only the "
+                                                  "k heaviest terms of each vector (as every command's "
+                                                  "--max-active-dims)."),
+    quantization_scale: Optional[float] = typer.Option(None, "--quantization-scale", help="Weights -> whole "
+                                                       "numbers round(w x SCALE); weights that round to 0 are "
+                                                       "dropped. ciff: the impacts (CIFF tf), default 100 as in "
+                                                       "Anserini's SPLADE impact indexes; opensearch/"
+                                                       "elasticsearch: default none (float weights)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
                                            "to run its own Python code."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a summary."),
@@ -135,7 +138,7 @@ def export(
     elif fmt is ExportFormat.qdrant:
         payload = _qdrant(source, output, url, qdrant_path, collection, vector_name, recreate, overwrite)
     else:
-        payload = _search_engine(source, fmt.value, output, model, queries, field_type, index, field, top_k,
-                                 quantize, overwrite, trust_remote_code)
+        payload = _search_engine(source, fmt.value, output, model, queries, field_type, index, field,
+                                 max_active_dims, quantization_scale, overwrite, trust_remote_code)
     emit(payload, as_json, None, f"exported {source} as {fmt.value} -> "
          f"{payload.get('output') or payload.get('url') or payload.get('qdrant_path')}")

@@ -15,14 +15,14 @@ def quickstart(
     backbone: Optional[str] = typer.Option(None, help="Hub id or folder of a masked-LM model. Default: "
                                            "../shared/models/splade-tiny-msmarco when a `shared` folder is beside "
                                            "the repository, else google/bert_uncased_L-2_H-128_A-2 from the hub."),
-    data: Optional[str] = typer.Option(None, help="Collection to train on (its triplets-train.tsv, else triplets "
+    data: Optional[str] = typer.Option(None, "--train-data", help="Collection to train on (its triplets-train.tsv, else triplets "
                                        "mined from its train split), and to evaluate on unless --eval-data: BEIR "
                                        "folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), ir_datasets id or HF "
                                        "dataset id. Default: ../shared/data/scifact when a `shared` folder is beside "
                                        "the repository, else beir/scifact (ir_datasets)."),
     eval_data: Optional[str] = typer.Option(None, help="Collection evaluated before and after training (whole: "
-                                            "every document, every judged query of --split), same kinds as --data. "
-                                            "Default: --data when given; with neither, ../shared/data/cranfield "
+                                            "every document, every judged query of --split), same kinds as --train-data. "
+                                            "Default: --train-data when given; with neither, ../shared/data/cranfield "
                                             "when a `shared` folder is beside the repository, else cranfield "
                                             "(ir_datasets)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for the evaluated documents (the "

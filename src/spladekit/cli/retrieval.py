@@ -114,7 +114,7 @@ def search(
     model: Optional[str] = typer.Option(None, help="Model that encoded the documents (hub id or folder)."),
     query_vectors: Optional[Path] = typer.Option(None, help="Pre-encoded queries (a `spladekit encode` folder) "
                                                  "instead of --queries/--model."),
-    k: int = typer.Option(1000, min=1, help="Documents per query."),
+    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's query "
                                              "limit, else its max length)."),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
@@ -175,7 +175,7 @@ def evaluate(
                                              "instead of downloading (names: see docs/evaluation.md)."),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
-    k: int = typer.Option(1000, min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
+    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents, and for queries unless "
                                              "--query-max-length (default: the model's limit for each side, "
                                              "else 256)."),

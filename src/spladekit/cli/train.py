@@ -21,7 +21,8 @@ def train(
                                                   "--set optimization.lr=1e-4 (repeatable; value parsed as YAML)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its newest checkpoint "
                                 "(same config; only logging.* may change)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing --output folder and start afresh."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run: set aside once the config, "
+                                   "data and backbone load, deleted when the new run completes, put back if it fails."),
     stop_on_collapse: bool = typer.Option(False, "--stop-on-collapse", help="Stop (exit 2) when the collapse "
                                           "detector fires, instead of only warning (= logging.stop_on_collapse)."),
     device: str = typer.Option("auto", "--device", help="Where to train: auto (under torchrun each process's GPU "
@@ -48,7 +49,7 @@ def mine(
     output: Path = typer.Option(..., "--output", "-o", help="triplets: the TSV file to write; hard_negatives: the "
                                 "folder to write (hard-negatives.jsonl, queries.jsonl, corpus.jsonl, mining.json). "
                                 "Written atomically."),
-    layout: str = typer.Option("triplets", "--format", help="triplets: TSV query<TAB>positive<TAB>negative of texts, "
+    layout: str = typer.Option("triplets", "--layout", help="triplets: TSV query<TAB>positive<TAB>negative of texts, "
                                "one line per negative (data.format: triplets); hard_negatives: the sentence-transformers "
                                "jsonl {qid, pos, neg: {system: list of ids}} with its queries and documents "
                                "(data.format: hard_negatives)."),

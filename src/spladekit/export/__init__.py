@@ -1,7 +1,6 @@
 """Export to other tools: a sentence-transformers ``SparseEncoder`` folder, a Qdrant collection with sparse
 vectors, and bulk NDJSON + mapping + query DSL for OpenSearch / Elasticsearch. One concept per module."""
 
-from spladekit.common.sparse import keep_top_weights as prune_top_k  # the export-side name of max_active_dims pruning
 from spladekit.common.sparse import quantize
 from spladekit.export.feature_names import escape_feature, unescape_feature
 from spladekit.export.qdrant_collection import export_qdrant
@@ -14,7 +13,6 @@ __all__ = [
     "export_qdrant",
     "export_search_engine",
     "export_sentence_transformers",
-    "prune_top_k",
     "quantize",
     "unescape_feature",
 ]

@@ -98,12 +98,12 @@ def _check_finite(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], wha
         )
 
 
-def _prepare(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: str, top_k: int | None,
+def _prepare(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: str, max_active_dims: int | None,
              scale: float | None) -> sp.csr_matrix:
     vectors = vectors.tocsr()
     _check_finite(vectors, ids, tokens, what)
-    if top_k is not None:
-        vectors = keep_top_weights(vectors, top_k)
+    if max_active_dims is not None:
+        vectors = keep_top_weights(vectors, max_active_dims)
     if scale is not None:
         vectors = quantize(vectors, scale)
     return vectors
@@ -118,14 +118,14 @@ def export_search_engine(
     field_type: str | None = None,
     index: str = "spladekit",
     field: str = "splade",
-    top_k: int | None = None,
+    max_active_dims: int | None = None,
     scale: float | None = None,
     queries: tuple[sp.csr_matrix, list[str]] | None = None,
     overwrite: bool = False,
 ) -> dict:
     """Write the bulk NDJSON, mapping and query DSL for ``vectors`` (rows named by ``ids``).
 
-    ``tokens[v]`` is the token string of vocabulary id v; ``top_k`` keeps each document's (and query's)
+    ``tokens[v]`` is the token string of vocabulary id v; ``max_active_dims`` keeps each document's (and query's)
     k heaviest terms; ``scale`` quantizes weights to whole numbers ``round(w × scale)``.
     """
     field_type = _field_type(engine, field_type)
@@ -134,12 +134,12 @@ def export_search_engine(
     if vectors.shape[1] != len(tokens):
         raise SpladekitError(f"vectors have {vectors.shape[1]} dimensions but the vocabulary has {len(tokens)} tokens")
     names = feature_names(tokens)
-    documents = _prepare(vectors, ids, tokens, "document", top_k, scale)
+    documents = _prepare(vectors, ids, tokens, "document", max_active_dims, scale)
     query_vectors, query_ids = queries if queries is not None else (None, [])
     if query_vectors is not None:
-        query_vectors = _prepare(query_vectors, query_ids, tokens, "query", top_k, scale)
+        query_vectors = _prepare(query_vectors, query_ids, tokens, "query", max_active_dims, scale)
     example = row_features(query_vectors, 0, names) if query_ids else dict(zip(names[:2], (1.0, 0.5)))
-    settings = {"engine": engine, "field_type": field_type, "index": index, "field": field, "top_k": top_k,
+    settings = {"engine": engine, "field_type": field_type, "index": index, "field": field, "max_active_dims": max_active_dims,
                 "quantization_scale": scale, "documents": len(ids), "queries": len(query_ids),
                 "feature_escape": "'%' -> '%25', '.' -> '%2E' (spladekit.export.feature_names)"}
     with atomic_directory(output, overwrite=overwrite) as staging:
