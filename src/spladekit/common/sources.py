@@ -66,13 +66,19 @@ def ir_datasets_home() -> str:
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
-    """The error and the ones it was raised from or while handling (libraries wrap the cause)."""
+    """The error, the ones it was raised from or while handling (libraries wrap the cause), and the errors it
+    carries in its arguments (ir_datasets: ``RuntimeError('All download sources failed', [(source, error)…])``)."""
     seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        carried = [item for arg in current.args for item in (arg if isinstance(arg, (list, tuple)) else [arg])]
+        carried = [part for item in carried for part in (item if isinstance(item, tuple) else (item,))]
+        pending += [link for link in (current.__cause__, current.__context__, *carried) if isinstance(link, BaseException)]
 
 
 def _unreachable(error: BaseException) -> bool:
