@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 
-.PHONY: install test demo clean
+.PHONY: install test test-fast demo clean
 
 $(BIN)/spladekit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,17 @@ $(BIN)/spladekit: pyproject.toml
 
 install: $(BIN)/spladekit
 
-# Static checks first (ruff, mypy: configured in pyproject.toml), then the whole default suite.
+# Static checks first (ruff lint and format, mypy: configured in pyproject.toml), then the whole suite with the
+# 15 slowest tests named at the end.
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+# The edit loop: no end-to-end runs, torchrun or real-data evaluations (tests marked slow).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow" --durations=15
 
 # The main job: diagnose -> evaluate before -> train (auto-k) -> evaluate after -> plots + summary. With no
 # --backbone/--train-data/--eval-data, quickstart uses ../shared (offline copies beside the repository) when it is

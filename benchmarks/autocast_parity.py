@@ -34,10 +34,14 @@ def vector_agreement(encoder, texts: list[str], max_length: int, device: torch.d
     with autocast(device, True):
         bf16 = encoder.encode(texts, max_length=max_length, show_progress=False).toarray()
     both = (fp32 > 0) | (bf16 > 0)
-    return {"texts": len(texts), "max_abs_difference": float(np.abs(fp32 - bf16).max()),
-            "max_fp32_weight": float(fp32.max()),
-            "nonzero_fp32": int((fp32 > 0).sum()), "nonzero_bf16": int((bf16 > 0).sum()),
-            "nonzero_jaccard": float(((fp32 > 0) & (bf16 > 0)).sum() / max(both.sum(), 1))}
+    return {
+        "texts": len(texts),
+        "max_abs_difference": float(np.abs(fp32 - bf16).max()),
+        "max_fp32_weight": float(fp32.max()),
+        "nonzero_fp32": int((fp32 > 0).sum()),
+        "nonzero_bf16": int((bf16 > 0).sum()),
+        "nonzero_jaccard": float(((fp32 > 0) & (bf16 > 0)).sum() / max(both.sum(), 1)),
+    }
 
 
 def main() -> None:
@@ -72,24 +76,50 @@ def main() -> None:
     for name, bf16 in (("fp32", False), ("bf16-autocast", True)):
         started = time.perf_counter()
         with autocast(device, bf16):
-            result = evaluate(encoder, collection, max_length=args.max_length, batch_size=args.batch_size,
-                              cache=False, show_progress=False)
-        results[name] = {"metrics": result.metrics, "efficiency": result.efficiency, "timings": result.timings,
-                         "seconds": round(time.perf_counter() - started, 2), "per_query": result.per_query}
+            result = evaluate(
+                encoder,
+                collection,
+                max_length=args.max_length,
+                batch_size=args.batch_size,
+                cache=False,
+                show_progress=False,
+            )
+        results[name] = {
+            "metrics": result.metrics,
+            "efficiency": result.efficiency,
+            "timings": result.timings,
+            "seconds": round(time.perf_counter() - started, 2),
+            "per_query": result.per_query,
+        }
         print(f"{name}: {json.dumps(result.metrics)} in {results[name]['seconds']} s", file=sys.stderr)
     sample = list(collection.corpus.texts[: args.sample])
-    report = {"model": args.model, "data": args.data, "split": args.split, "device": str(device),
-              "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "command": " ".join(sys.argv), "max_length": args.max_length,
-              "vectors": vector_agreement(encoder, sample, args.max_length, device), "results": results}
-    test = paired_test(results["bf16-autocast"]["per_query"]["nDCG@10"], results["fp32"]["per_query"]["nDCG@10"],
-                       "bf16-autocast", "fp32")
+    report = {
+        "model": args.model,
+        "data": args.data,
+        "split": args.split,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "command": " ".join(sys.argv),
+        "max_length": args.max_length,
+        "vectors": vector_agreement(encoder, sample, args.max_length, device),
+        "results": results,
+    }
+    test = paired_test(
+        results["bf16-autocast"]["per_query"]["nDCG@10"],
+        results["fp32"]["per_query"]["nDCG@10"],
+        "bf16-autocast",
+        "fp32",
+    )
     report["paired_test_ndcg10"] = test.to_dict() if test else None
     if args.output:
         args.output.write_text(json.dumps(report, indent=2) + "\n")
     for name, row in results.items():
-        print(f"| {name} | " + " | ".join(f"{key} {value:.4f}" for key, value in row["metrics"].items())
-              + f" | FLOPS {row['efficiency']['flops']:.2f} | {row['seconds']} s |")
+        print(
+            f"| {name} | "
+            + " | ".join(f"{key} {value:.4f}" for key, value in row["metrics"].items())
+            + f" | FLOPS {row['efficiency']['flops']:.2f} | {row['seconds']} s |"
+        )
     print(json.dumps({"vectors": report["vectors"], "paired_test_ndcg10": report["paired_test_ndcg10"]}, indent=1))
 
 

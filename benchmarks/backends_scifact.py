@@ -36,7 +36,9 @@ def main() -> None:
     parser.add_argument("--data", required=True, help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/)")
     parser.add_argument("--split", default="test")
     parser.add_argument("--max-length", type=int, default=256)
-    parser.add_argument("--backends", default="exact,seismic,milvus", help="comma-separated; the first is the reference")
+    parser.add_argument(
+        "--backends", default="exact,seismic,milvus", help="comma-separated; the first is the reference"
+    )
     parser.add_argument("--k", type=int, default=100, help="documents per query")
     parser.add_argument("--runs", type=Path, default=Path("backend-runs"), help="folder for the TREC runs")
     parser.add_argument("--json", type=Path, help="write the table as JSON here")
@@ -48,25 +50,44 @@ def main() -> None:
     encoder = SparseEncoder.from_pretrained(args.model, max_length=args.max_length)
     rows, runs = [], {}
     for backend in backends:
-        result = evaluate_data(encoder, args.data, split=args.split, backend=backend, k=args.k,
-                               max_length=args.max_length, run_dir=args.runs / backend)
+        result = evaluate_data(
+            encoder,
+            args.data,
+            split=args.split,
+            backend=backend,
+            k=args.k,
+            max_length=args.max_length,
+            run_dir=args.runs / backend,
+        )
         runs[backend] = Run.read(result.provenance["run"])
-        rows.append({"backend": backend, "params": result.provenance["backend_params"],
-                     "corpus_cached": result.provenance["corpus_cached"], **result.metrics,
-                     "build_seconds": result.timings["index_seconds"],
-                     "search_ms_per_query": round(result.efficiency["search_ms_per_query"], 3),
-                     "top10_equal_to_reference": top10_agreement(runs[backends[0]], runs[backend]),
-                     "queries": result.efficiency["queries"], "docs": result.efficiency["docs"]})
+        rows.append(
+            {
+                "backend": backend,
+                "params": result.provenance["backend_params"],
+                "corpus_cached": result.provenance["corpus_cached"],
+                **result.metrics,
+                "build_seconds": result.timings["index_seconds"],
+                "search_ms_per_query": round(result.efficiency["search_ms_per_query"], 3),
+                "top10_equal_to_reference": top10_agreement(runs[backends[0]], runs[backend]),
+                "queries": result.efficiency["queries"],
+                "docs": result.efficiency["docs"],
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     measures = [name for name in rows[0] if "@" in name and int(name.split("@")[1]) <= args.k]  # R@1000 needs k=1000
     print(f"\n| backend | {' | '.join(measures)} | build (s) | search ms/query | top-10 = {backends[0]} |")
     print("|---|" + "---:|" * (len(measures) + 3))
     for row in rows:
-        print(f"| {row['backend']} | " + " | ".join(f"{row[name]:.4f}" for name in measures)
-              + f" | {row['build_seconds']:.2f} | {row['search_ms_per_query']:.2f} | "
-              f"{row['top10_equal_to_reference']}/{row['queries']} |")
+        print(
+            f"| {row['backend']} | "
+            + " | ".join(f"{row[name]:.4f}" for name in measures)
+            + f" | {row['build_seconds']:.2f} | {row['search_ms_per_query']:.2f} | "
+            f"{row['top10_equal_to_reference']}/{row['queries']} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "load": os.getloadavg(), "args": vars(args)}, indent=2, default=str))
+        args.json.write_text(
+            json.dumps({"rows": rows, "load": os.getloadavg(), "args": vars(args)}, indent=2, default=str)
+        )
 
 
 if __name__ == "__main__":

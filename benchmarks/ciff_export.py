@@ -67,25 +67,43 @@ def main() -> None:
     rows = []
     for docs in args.docs:
         with tempfile.TemporaryDirectory(prefix="ciff-bench-") as scratch:
-            made = subprocess.run([sys.executable, __file__, "--nnz", str(args.nnz), "--generate", str(docs),
-                                   f"{scratch}/vectors"], capture_output=True, text=True, check=True)
+            made = subprocess.run(
+                [sys.executable, __file__, "--nnz", str(args.nnz), "--generate", str(docs), f"{scratch}/vectors"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             block_mb = json.loads(made.stdout.strip().splitlines()[-1])["block_csr_mb"]
             started = time.perf_counter()
-            result = subprocess.run([sys.executable, "-c", CHILD.format(vocab=VOCAB), f"{scratch}/vectors",
-                                     f"{scratch}/out.ciff"], capture_output=True, text=True, check=True)
+            result = subprocess.run(
+                [sys.executable, "-c", CHILD.format(vocab=VOCAB), f"{scratch}/vectors", f"{scratch}/out.ciff"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             wall = time.perf_counter() - started
             payload = json.loads(result.stdout.strip().splitlines()[-1])
             size = (Path(scratch) / "out.ciff").stat().st_size
-            rows.append({"docs": docs, "postings": payload["postings"], "export_seconds": round(payload["seconds"], 1),
-                         "process_seconds": round(wall, 1), "peak_rss_mb": payload["peak_rss_mb"],
-                         "block_csr_mb": block_mb, "ciff_mb": round(size / 2**20, 1),
-                         "bytes_per_posting": round(size / payload["postings"], 2)})
+            rows.append(
+                {
+                    "docs": docs,
+                    "postings": payload["postings"],
+                    "export_seconds": round(payload["seconds"], 1),
+                    "process_seconds": round(wall, 1),
+                    "peak_rss_mb": payload["peak_rss_mb"],
+                    "block_csr_mb": block_mb,
+                    "ciff_mb": round(size / 2**20, 1),
+                    "bytes_per_posting": round(size / payload["postings"], 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     print("| docs | postings | export s | peak RSS MB | block CSR MB | CIFF MB | bytes/posting |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['docs']:,} | {row['postings']:,} | {row['export_seconds']} | {row['peak_rss_mb']} | "
-              f"{row['block_csr_mb']} | {row['ciff_mb']} | {row['bytes_per_posting']} |")
+        print(
+            f"| {row['docs']:,} | {row['postings']:,} | {row['export_seconds']} | {row['peak_rss_mb']} | "
+            f"{row['block_csr_mb']} | {row['ciff_mb']} | {row['bytes_per_posting']} |"
+        )
 
 
 if __name__ == "__main__":

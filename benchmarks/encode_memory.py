@@ -67,16 +67,42 @@ def main() -> None:
             for size in arguments.sizes:
                 corpus = write_corpus(root / f"corpus-{size}.jsonl", size)
                 output = root / f"vectors-{size}-{shard_size}"
-                command = [sys.executable, "-m", "spladekit", "encode", str(model), "--corpus", str(corpus),
-                           "--output", str(output), "--shard-size", str(shard_size)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "spladekit",
+                    "encode",
+                    str(model),
+                    "--corpus",
+                    str(corpus),
+                    "--output",
+                    str(output),
+                    "--shard-size",
+                    str(shard_size),
+                ]
                 peak, seconds = peak_rss_mb(command)
                 peaks[size, shard_size] = peak
-                print(json.dumps({"documents": size, "shard_size": shard_size, "peak_rss_mb": round(peak),
-                                  "seconds": round(seconds, 1)}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "documents": size,
+                            "shard_size": shard_size,
+                            "peak_rss_mb": round(peak),
+                            "seconds": round(seconds, 1),
+                        }
+                    ),
+                    flush=True,
+                )
         small, large = min(arguments.sizes), max(arguments.sizes)
         for shard_size in (DEFAULT_SHARD_SIZE, arguments.whole):
-            print(json.dumps({"shard_size": shard_size, f"peak_{large}_over_{small}":
-                              round(peaks[large, shard_size] / peaks[small, shard_size], 3)}))
+            print(
+                json.dumps(
+                    {
+                        "shard_size": shard_size,
+                        f"peak_{large}_over_{small}": round(peaks[large, shard_size] / peaks[small, shard_size], 3),
+                    }
+                )
+            )
 
 
 if __name__ == "__main__":

@@ -265,6 +265,7 @@ def measure_screen(args, docs):
     """One batch of real projection inputs: the bf16 screen's three stages against the fp32 block pass, and
     how many terms per text the error bound keeps next to the true non-zero count."""
     from spladekit.model import pooling
+
     model = load_ours(args.model, "fused", args.max_length)
     batch = model.tokenize(docs[: args.batch_size])
     mask = batch["attention_mask"]
@@ -275,11 +276,15 @@ def measure_screen(args, docs):
         fp32_s, (exact, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.float32, False)
         screen_s, (screen, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.bfloat16, False)
         bound_s, candidates = timed(pooling.screen_candidates, screen, hidden, weight, bias, mask, torch.bfloat16)
-        recompute_s, (recomputed, _) = timed(pooling._recompute_candidates, hidden, weight, bias, mask, candidates,
-                                             chunk, False)
+        recompute_s, (recomputed, _) = timed(
+            pooling._recompute_candidates, hidden, weight, bias, mask, candidates, chunk, False
+        )
     nonzero = exact > 0
     return {
-        "fp32_block_s": fp32_s, "bf16_screen_s": screen_s, "bound_s": bound_s, "recompute_s": recompute_s,
+        "fp32_block_s": fp32_s,
+        "bf16_screen_s": screen_s,
+        "bound_s": bound_s,
+        "recompute_s": recompute_s,
         "candidates_per_text": float(candidates.sum(1).float().mean()),
         "max_candidates_per_text": int(candidates.sum(1).max()),
         "nonzero_per_text": float(nonzero.sum(1).float().mean()),
@@ -296,19 +301,28 @@ def markdown(report: dict) -> str:
     if "screen" in report:
         screen = report["screen"]
         lines += ["| bf16 screen, one batch | value |", "|---|---|"]
-        lines += [f"| {name} | {value:.3f} |" if isinstance(value, float) else f"| {name} | {value} |"
-                  for name, value in screen.items()]
+        lines += [
+            f"| {name} | {value:.3f} |" if isinstance(value, float) else f"| {name} | {value} |"
+            for name, value in screen.items()
+        ]
         lines.append("")
     if "encode_docs_per_s" in report:
         enc = report["encode_docs_per_s"]
         lines += ["| encode configuration | docs/s | × sentence-transformers | × fused |", "|---|---|---|---|"]
-        lines += [f"| {config} | {speed:.2f} | {speed / enc['sentence-transformers']:.2f}× | "
-                  f"{speed / enc['fused']:.2f}× |" for config, speed in enc.items()]
-        lines += ["", "| agreement with naive fp32 | max abs diff | values off by > 1e-3 | non-zero set mismatches | "
-                  "naive nnz |", "|---|---|---|---|---|"]
+        lines += [
+            f"| {config} | {speed:.2f} | {speed / enc['sentence-transformers']:.2f}× | {speed / enc['fused']:.2f}× |"
+            for config, speed in enc.items()
+        ]
+        lines += [
+            "",
+            "| agreement with naive fp32 | max abs diff | values off by > 1e-3 | non-zero set mismatches | naive nnz |",
+            "|---|---|---|---|---|",
+        ]
         for config, a in report["agreement"].items():
-            lines.append(f"| {config} | {a['max_abs_diff']:.2e} | {a['values_off_by_more_than_1e-3']} | "
-                         f"{a['nonzero_set_mismatches']} | {a['reference_nnz']} |")
+            lines.append(
+                f"| {config} | {a['max_abs_diff']:.2e} | {a['values_off_by_more_than_1e-3']} | "
+                f"{a['nonzero_set_mismatches']} | {a['reference_nnz']} |"
+            )
         lines.append("")
     if {"memory", "head", "train_steps_per_s", "encode_docs_per_s"} <= report.keys():
         lines.append(full_markdown(report))
@@ -319,7 +333,8 @@ def full_markdown(report: dict) -> str:
     enc, train, mem, head = report["encode_docs_per_s"], report["train_steps_per_s"], report["memory"], report["head"]
     st_enc, st_train = enc["sentence-transformers"], train["sentence-transformers"]
     lines = [
-        "| task | configuration | speed | × sentence-transformers | peak RSS MB | × ST | RSS growth after load MB | × ST |",
+        "| task | configuration | speed | × sentence-transformers | peak RSS MB | × ST "
+        "| RSS growth after load MB | × ST |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for mode, speeds, unit, reference in (("encode", enc, "docs/s", st_enc), ("train", train, "steps/s", st_train)):
@@ -354,15 +369,27 @@ def main() -> None:
     parser.add_argument("--head-repeats", type=int, default=3)
     parser.add_argument("--memory-batches", type=int, default=2, help="batches/steps run by each memory subprocess")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--parts", default="memory,head,encode,train",
-                        help="comma-separated measurements: memory, head, encode, train, screen")
+    parser.add_argument(
+        "--parts",
+        default="memory,head,encode,train",
+        help="comma-separated measurements: memory, head, encode, train, screen",
+    )
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.passthrough = [
         f"--{name}={getattr(args, name.replace('-', '_'))}"
-        for name in ("model", "corpus", "triplets", "batch-size", "max-length", "train-batch", "memory-batches", "threads")
+        for name in (
+            "model",
+            "corpus",
+            "triplets",
+            "batch-size",
+            "max-length",
+            "train-batch",
+            "memory-batches",
+            "threads",
+        )
     ]
     if args.worker:
         worker(args)

@@ -44,7 +44,8 @@ def main() -> None:
     big = rng.random(30_000_000).astype(np.float32)
     kernels: dict[str, Callable[[], object]] = {
         "csc_matvec (scatter-add of a posting list)": lambda: csc_matvec(
-            n_docs, 1, np.array([0, postings], np.int32), rows, weights, np.ones(1, np.float32), scores),
+            n_docs, 1, np.array([0, postings], np.int32), rows, weights, np.ones(1, np.float32), scores
+        ),
         "np.partition (k-th score)": lambda: np.partition(big, len(big) - 10),
         "np.flatnonzero(scores >= kth)": lambda: np.flatnonzero(big >= 0.5),
         "accumulator.fill(0)": lambda: big.fill(0),

@@ -50,8 +50,14 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-CONFIGS = ("sentence-transformers", "fused", "fused-bf16", "fused+autocast", "sentence-transformers+autocast",
-           "backbone")
+CONFIGS = (
+    "sentence-transformers",
+    "fused",
+    "fused-bf16",
+    "fused+autocast",
+    "sentence-transformers+autocast",
+    "backbone",
+)
 QUERY_LENGTH = 32
 LAMBDA = 1e-3
 
@@ -87,8 +93,9 @@ class Splade(torch.nn.Module):
         self.model = model
         self.pooling = SpladePooling(pooling_strategy="max")
         pooling = config if config in ("fused", "fused-bf16") else "fused"
-        self.encoder = SparseEncoder(Backbone(model=model, tokenizer=None, source=f"random-init {shape}"),
-                                     pooling=pooling)
+        self.encoder = SparseEncoder(
+            Backbone(model=model, tokenizer=None, source=f"random-init {shape}"), pooling=pooling
+        )
 
     def vectors(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         from spladekit.common.devices import autocast
@@ -97,7 +104,8 @@ class Splade(torch.nn.Module):
             with autocast(batch["input_ids"].device, self.config.endswith("+autocast")):
                 logits = self.model(**batch).logits
                 return self.pooling({"token_embeddings": logits, "attention_mask": batch["attention_mask"]})[
-                    "sentence_embedding"].float()
+                    "sentence_embedding"
+                ].float()
         if self.config == "backbone":
             return self.encoder.head_inputs(batch)[0]
         with autocast(batch["input_ids"].device, self.config == "fused+autocast"):
@@ -151,8 +159,12 @@ def measure_encoding(splade: Splade, args, device: torch.device, vocab: int) -> 
 
     seconds = timed_runs(run, args.batches, device)
     docs = args.batch * args.batches
-    return {"docs_per_s": docs / seconds, "tokens_per_s": docs * args.length / seconds, "peak_mb": peak_mb(device),
-            "finite": bool(torch.stack(finite).all())}
+    return {
+        "docs_per_s": docs / seconds,
+        "tokens_per_s": docs * args.length / seconds,
+        "peak_mb": peak_mb(device),
+        "finite": bool(torch.stack(finite).all()),
+    }
 
 
 def training_step(splade: Splade, optimizer: torch.optim.Optimizer, queries: dict, documents: dict) -> torch.Tensor:
@@ -172,8 +184,13 @@ def adamw(splade: Splade) -> torch.optim.Optimizer:
 
 def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> dict:
     generator = torch.Generator().manual_seed(2)
-    steps = [(random_batch(args.batch, QUERY_LENGTH, vocab, device, generator),
-              random_batch(2 * args.batch, args.length, vocab, device, generator)) for _ in range(args.steps + 1)]
+    steps = [
+        (
+            random_batch(args.batch, QUERY_LENGTH, vocab, device, generator),
+            random_batch(2 * args.batch, args.length, vocab, device, generator),
+        )
+        for _ in range(args.steps + 1)
+    ]
     splade.train()
     optimizer = adamw(splade)
     reset_peak(device)
@@ -184,8 +201,12 @@ def measure_training(splade: Splade, args, device: torch.device, vocab: int) -> 
 
     seconds = timed_runs(run, args.steps, device)
     tokens = args.batch * QUERY_LENGTH + 2 * args.batch * args.length
-    return {"steps_per_s": args.steps / seconds, "tokens_per_s": tokens * args.steps / seconds,
-            "peak_mb": peak_mb(device), "finite": bool(torch.stack(finite).all())}
+    return {
+        "steps_per_s": args.steps / seconds,
+        "tokens_per_s": tokens * args.steps / seconds,
+        "peak_mb": peak_mb(device),
+        "finite": bool(torch.stack(finite).all()),
+    }
 
 
 def training_fits(model, config: str, shape: str, batch: int, args, device: torch.device) -> float | None:
@@ -198,8 +219,12 @@ def training_fits(model, config: str, shape: str, batch: int, args, device: torc
         optimizer = adamw(splade)
         reset_peak(device)
         for _ in range(2):  # the second step holds AdamW's state
-            training_step(splade, optimizer, random_batch(batch, QUERY_LENGTH, vocab, device, generator),
-                          random_batch(2 * batch, args.length, vocab, device, generator))
+            training_step(
+                splade,
+                optimizer,
+                random_batch(batch, QUERY_LENGTH, vocab, device, generator),
+                random_batch(2 * batch, args.length, vocab, device, generator),
+            )
         synchronize(device)
         return peak_mb(device)
     except torch.OutOfMemoryError:
@@ -214,8 +239,11 @@ def largest_batch(model, config: str, shape: str, args, device: torch.device) ->
         peaks[batch] = training_fits(model, config, shape, batch, args, device)
         gc.collect()  # the failed probe's tensors, before the next one is measured
         torch.cuda.empty_cache()
-        print(f"  {shape} {config} batch {batch}: "
-              f"{'out of memory' if peaks[batch] is None else f'{peaks[batch]:.0f} MB'}", file=sys.stderr)
+        print(
+            f"  {shape} {config} batch {batch}: "
+            f"{'out of memory' if peaks[batch] is None else f'{peaks[batch]:.0f} MB'}",
+            file=sys.stderr,
+        )
         return peaks[batch] is not None
 
     low, high = 0, 8
@@ -224,18 +252,27 @@ def largest_batch(model, config: str, shape: str, args, device: torch.device) ->
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if fits(middle) else (low, middle)
-    return {"largest_batch": low, "peak_mb": peaks.get(low), "first_failing_batch": high,
-            "tokens_per_step": low * QUERY_LENGTH + 2 * low * args.length}
+    return {
+        "largest_batch": low,
+        "peak_mb": peaks.get(low),
+        "first_failing_batch": high,
+        "tokens_per_step": low * QUERY_LENGTH + 2 * low * args.length,
+    }
 
 
 def max_batch_table(results: dict, gib: float) -> str:
-    lines = [f"| shape | configuration | largest batch in {gib:g} GiB | tokens per step | peak MB at it | "
-             "first failing batch |", "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        f"| shape | configuration | largest batch in {gib:g} GiB | tokens per step | peak MB at it | "
+        "first failing batch |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for shape, configs in results.items():
         for config, row in configs.items():
             peak = f"{row['peak_mb']:.0f}" if row["peak_mb"] is not None else "–"
-            lines.append(f"| {shape} | {config} | {row['largest_batch']} | {row['tokens_per_step']} | {peak} | "
-                         f"{row['first_failing_batch']} |")
+            lines.append(
+                f"| {shape} | {config} | {row['largest_batch']} | {row['tokens_per_step']} | {peak} | "
+                f"{row['first_failing_batch']} |"
+            )
     return "\n".join(lines)
 
 
@@ -245,8 +282,10 @@ def markdown(results: dict, device: torch.device, configs: list[str]) -> str:
     ``sentence-transformers+autocast`` when it ran)."""
     memory = "peak MB (max_memory_allocated)" if device.type == "cuda" else "peak RSS MB (process)"
     per_config = device.type == "cuda" or len(configs) == 1
-    lines = [f"| shape | task | configuration | speed | tokens/s | × sentence-transformers | {memory} | × ST | finite |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| shape | task | configuration | speed | tokens/s | × sentence-transformers | {memory} | × ST | finite |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for shape, tasks in results.items():
         for task, configs in tasks.items():
             unit = "docs_per_s" if task == "encode" else "steps_per_s"
@@ -256,9 +295,11 @@ def markdown(results: dict, device: torch.device, configs: list[str]) -> str:
                 ratio = f"{row[unit] / reference[unit]:.2f}×" if reference else "–"
                 memory_ratio = f"{row['peak_mb'] / reference['peak_mb']:.2f}×" if reference and per_config else "–"
                 peak = f"{row['peak_mb']:.0f}" if per_config else "–"
-                lines.append(f"| {shape} | {task} | {config} | {row[unit]:.2f} {unit.replace('_per_s', '/s')} | "
-                             f"{row['tokens_per_s']:.0f} | {ratio} | {peak} | {memory_ratio} | "
-                             f"{'yes' if row['finite'] else '**NO**'} |")
+                lines.append(
+                    f"| {shape} | {task} | {config} | {row[unit]:.2f} {unit.replace('_per_s', '/s')} | "
+                    f"{row['tokens_per_s']:.0f} | {ratio} | {peak} | {memory_ratio} | "
+                    f"{'yes' if row['finite'] else '**NO**'} |"
+                )
     return "\n".join(lines)
 
 
@@ -273,13 +314,19 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="timed encoding batches (after one warm-up)")
     parser.add_argument("--steps", type=int, default=5, help="timed training steps (after one warm-up)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
-    parser.add_argument("--max-batch-gib", type=float, default=None,
-                        help="instead of timing: the largest training batch in this many GiB (CUDA only)")
+    parser.add_argument(
+        "--max-batch-gib",
+        type=float,
+        default=None,
+        help="instead of timing: the largest training batch in this many GiB (CUDA only)",
+    )
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"gpu_bench.py: CUDA is not available here (torch {torch.__version__}, CUDA build "
-                         f"{torch.version.cuda}); run it on a GPU machine, or pass --device cpu for the CPU table.")
+        raise SystemExit(
+            f"gpu_bench.py: CUDA is not available here (torch {torch.__version__}, CUDA build "
+            f"{torch.version.cuda}); run it on a GPU machine, or pass --device cpu for the CPU table."
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     from spladekit.common.devices import resolve_device
@@ -289,22 +336,31 @@ def main() -> None:
     unknown = set(configs) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown --configs {sorted(unknown)}; choose from {', '.join(CONFIGS)}")
-    header = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "command": " ".join(sys.argv), "batch": args.batch, "length": args.length}
+    header = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "command": " ".join(sys.argv),
+        "batch": args.batch,
+        "length": args.length,
+    }
     results: dict = {}
     if args.max_batch_gib is not None:
         if device.type != "cuda" or args.max_batch_gib <= 0:
-            raise SystemExit("--max-batch-gib needs a CUDA device and a positive budget (on the CPU, fit peak "
-                             "RSS against --batch instead: docs/benchmarks.md)")
+            raise SystemExit(
+                "--max-batch-gib needs a CUDA device and a positive budget (on the CPU, fit peak "
+                "RSS against --batch instead: docs/benchmarks.md)"
+            )
         total = torch.cuda.get_device_properties(device).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.max_batch_gib * 2**30 / total), device)
         for shape in args.shapes.split(","):
             model = build_model(shape, torch.device("cpu"))
-            results[shape] = {config: largest_batch(model, config, shape, args, device)
-                              for config in configs if config != "backbone"}
+            results[shape] = {
+                config: largest_batch(model, config, shape, args, device) for config in configs if config != "backbone"
+            }
         if args.output:
-            args.output.write_text(json.dumps({**header, "max_batch_gib": args.max_batch_gib,
-                                               "results": results}, indent=2) + "\n")
+            args.output.write_text(
+                json.dumps({**header, "max_batch_gib": args.max_batch_gib, "results": results}, indent=2) + "\n"
+            )
         print(json.dumps(header))
         print(max_batch_table(results, args.max_batch_gib))
         return
@@ -312,8 +368,12 @@ def main() -> None:
         model = build_model(shape, device)
         vocab = model.config.vocab_size
         results[shape] = {}
-        runs = [(task, config) for task in args.tasks.split(",") for config in configs
-                if not (task == "train" and config == "backbone")]
+        runs = [
+            (task, config)
+            for task in args.tasks.split(",")
+            for config in configs
+            if not (task == "train" and config == "backbone")
+        ]
         for task, config in runs:
             measure = {"encode": measure_encoding, "train": measure_training}[task]
             results[shape].setdefault(task, {})

@@ -38,7 +38,8 @@ def case_runs(width: int, batch: int, args: argparse.Namespace) -> dict[str, Cal
     mask = torch.ones(batch, args.length, dtype=torch.long)
     runs: dict[str, Callable[[], object]] = {
         f"chunk {chunk}": (lambda chunk=chunk: splade_max_pool_fused(hidden, weight, bias, mask, chunk_size=chunk))
-        for chunk in args.chunks}
+        for chunk in args.chunks
+    }
     if args.naive:
         runs["naive (B × L × V logits)"] = lambda: splade_max_pool(hidden, weight, bias, mask)
     runs["projection GEMM alone"] = lambda: hidden.view(-1, width) @ weight.T
@@ -52,13 +53,19 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=30522)
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--chunks", type=numbers, default=[512, 2048, 8192])
-    parser.add_argument("--naive", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the naive head (materializes B × L × V logits)")
+    parser.add_argument(
+        "--naive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the naive head (materializes B × L × V logits)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    cases = {(width, batch): case_runs(width, batch, args) for width, batch in itertools.product(args.hidden, args.batch)}
+    cases = {
+        (width, batch): case_runs(width, batch, args) for width, batch in itertools.product(args.hidden, args.batch)
+    }
     best = {(case, name): float("inf") for case, runs in cases.items() for name in runs}
     with torch.inference_mode():
         for _ in range(args.repeats):
@@ -77,7 +84,9 @@ def main() -> None:
             block = f"{int(name.split()[1]) * batch * args.length * 4 / 2**20:.0f}" if name.startswith("chunk") else "–"
             ratio = f"{default / seconds:.2f}" if default else "–"
             mark = " (default)" if name == f"chunk {chosen}" else ""
-            print(f"| {width} | {batch} | {name}{mark} | {block} | {seconds:.3f} | {work / seconds / 1e9:.1f} | {ratio} |")
+            print(
+                f"| {width} | {batch} | {name}{mark} | {block} | {seconds:.3f} | {work / seconds / 1e9:.1f} | {ratio} |"
+            )
 
 
 if __name__ == "__main__":

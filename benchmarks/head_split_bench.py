@@ -41,19 +41,27 @@ def main() -> None:
 
     device = resolve_device(args.device)
     generator = torch.Generator().manual_seed(0)
-    hidden = torch.nn.functional.layer_norm(torch.randn(args.texts, args.length, args.hidden, generator=generator),
-                                            (args.hidden,)).to(device).requires_grad_()
+    hidden = (
+        torch.nn.functional.layer_norm(
+            torch.randn(args.texts, args.length, args.hidden, generator=generator), (args.hidden,)
+        )
+        .to(device)
+        .requires_grad_()
+    )
     projection = torch.nn.Linear(args.hidden, args.vocab).to(device)
     torch.nn.init.normal_(projection.weight, std=args.hidden**-0.5)  # logits ~ N(0, 1): every term active
     mask = torch.ones(args.texts, args.length, dtype=torch.long, device=device)
     pooling = SpladePooling(pooling_strategy="max")
     heads = {
-        "sentence-transformers": lambda: pooling({"token_embeddings": projection(hidden),
-                                                  "attention_mask": mask})["sentence_embedding"],
+        "sentence-transformers": lambda: pooling({"token_embeddings": projection(hidden), "attention_mask": mask})[
+            "sentence_embedding"
+        ],
         "fused": lambda: splade_max_pool_fused(hidden, projection.weight, projection.bias, mask),
     }
-    print(f"| head | forward s | backward s | active | (texts {args.texts} × {args.length}, H {args.hidden}, "
-          f"V {args.vocab}, autocast {args.autocast}, {device}) |\n|---|---:|---:|---:|---|")
+    print(
+        f"| head | forward s | backward s | active | (texts {args.texts} × {args.length}, H {args.hidden}, "
+        f"V {args.vocab}, autocast {args.autocast}, {device}) |\n|---|---:|---:|---:|---|"
+    )
     for name, head in heads.items():
         forward = backward = float("inf")
         for _ in range(args.repeats + 1):

@@ -4,7 +4,8 @@ Both models start from the same backbone and train with ``configs/train-example.
 overrides, e.g. ``optimization.steps=200``); the inference-free run adds ``model.kind=inference-free`` and
 ``regularizer.lambda_q=0`` (sentence-transformers' inference-free recipe: ``query_regularizer_weight=0``;
 its query table starts from the IDF of the training documents). Both are evaluated in this process on the
-same collection with the exact backend (one worker process per model, side by side). Query encoding speed is timed on the collection's queries,
+same collection with the exact backend (one worker process per model, side by side). Query encoding speed is
+timed on the collection's queries,
 interleaved (one full pass of each model, repeated ``--repeats`` times, the best pass kept), so load from
 other processes hits both alike; the ratio is the result.
 
@@ -59,7 +60,7 @@ def test_collection(args: argparse.Namespace) -> Collection:
     collection = reconcile(load_collection(args.data, args.split))
     if args.queries is None:
         return collection
-    keep_queries = collection.queries.ids[:args.queries]
+    keep_queries = collection.queries.ids[: args.queries]
     judged = {doc for query in keep_queries for doc in collection.qrels.get(query, {})}
     others = [doc for doc in collection.corpus.ids if doc not in judged]
     rng = np.random.default_rng(0)
@@ -67,17 +68,26 @@ def test_collection(args: argparse.Namespace) -> Collection:
     keep_docs = judged | {others[i] for i in extra}
     rows = [i for i, doc in enumerate(collection.corpus.ids) if doc in keep_docs]
     return dataclasses.replace(
-        collection, name=f"{collection.name} (subset: {len(keep_queries)} queries, {len(rows)} documents)",
+        collection,
+        name=f"{collection.name} (subset: {len(keep_queries)} queries, {len(rows)} documents)",
         corpus=Corpus([collection.corpus.ids[i] for i in rows], [collection.corpus.texts[i] for i in rows]),
-        queries=Corpus(keep_queries, collection.queries.texts[:args.queries]),
-        qrels={query: collection.qrels[query] for query in keep_queries if query in collection.qrels})
+        queries=Corpus(keep_queries, collection.queries.texts[: args.queries]),
+        qrels={query: collection.qrels[query] for query in keep_queries if query in collection.qrels},
+    )
 
 
 def evaluate_folder(folder: Path, args: argparse.Namespace, run_path: Path) -> dict:
     """Metrics, efficiency and timings of the model in ``folder`` on the test collection (in a worker process)."""
     collection = test_collection(args)
-    result = evaluate(load_model(folder), collection, max_length=args.max_length, batch_size=args.batch_size,
-                      cache=False, run_path=run_path, show_progress=False)
+    result = evaluate(
+        load_model(folder),
+        collection,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        cache=False,
+        run_path=run_path,
+        show_progress=False,
+    )
     return {**result.metrics, **result.efficiency, **result.timings}
 
 
@@ -102,16 +112,21 @@ def router_round_trip(free: RetrievalModel, collection: Collection, args: argpar
     exported = export_sentence_transformers(free, args.output / "inference-free-st", overwrite=True)
     st_model = STSparseEncoder(str(exported), device="cpu")
     st_model.max_seq_length = args.max_length  # the document route's limit, as spladekit's evaluation used
-    queries, documents = collection.queries.texts, collection.corpus.texts[:args.router_docs]
+    queries, documents = collection.queries.texts, collection.corpus.texts[: args.router_docs]
     reloaded = load_model(exported)
     vectors = {
-        "spladekit": (free.encode_query(queries, show_progress=False),
-                      free.encode(documents, max_length=args.max_length, show_progress=False)),
-        "sentence-transformers": (to_csr(st_model.encode_query(queries, convert_to_tensor=True)),
-                                  to_csr(st_model.encode_document(documents, batch_size=args.batch_size,
-                                                                  convert_to_tensor=True))),
-        "spladekit reload": (reloaded.encode_query(queries, show_progress=False),
-                             reloaded.encode(documents, max_length=args.max_length, show_progress=False)),
+        "spladekit": (
+            free.encode_query(queries, show_progress=False),
+            free.encode(documents, max_length=args.max_length, show_progress=False),
+        ),
+        "sentence-transformers": (
+            to_csr(st_model.encode_query(queries, convert_to_tensor=True)),
+            to_csr(st_model.encode_document(documents, batch_size=args.batch_size, convert_to_tensor=True)),
+        ),
+        "spladekit reload": (
+            reloaded.encode_query(queries, show_progress=False),
+            reloaded.encode(documents, max_length=args.max_length, show_progress=False),
+        ),
     }
     hits = {name: build_index(d, "exact").search(q, k=100) for name, (q, d) in vectors.items()}
     ours_q, ours_d = vectors["spladekit"]
@@ -120,17 +135,26 @@ def router_round_trip(free: RetrievalModel, collection: Collection, args: argpar
         q, d = vectors[name]
         same = [np.array_equal(a, b) for a, b in zip(hits["spladekit"].doc_indices, hits[name].doc_indices)]
         top10 = [np.array_equal(a[:10], b[:10]) for a, b in zip(hits["spladekit"].doc_indices, hits[name].doc_indices)]
-        report[name] = {"max_abs_diff_queries": max_abs_diff(q, ours_q), "max_abs_diff_documents": max_abs_diff(d, ours_d),
-                        "max_abs_diff_scores": float(np.abs(hits[name].scores - hits["spladekit"].scores).max()),
-                        "identical_top100": int(sum(same)), "identical_top10": int(sum(top10))}
+        report[name] = {
+            "max_abs_diff_queries": max_abs_diff(q, ours_q),
+            "max_abs_diff_documents": max_abs_diff(d, ours_d),
+            "max_abs_diff_scores": float(np.abs(hits[name].scores - hits["spladekit"].scores).max()),
+            "identical_top100": int(sum(same)),
+            "identical_top10": int(sum(top10)),
+        }
     return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "train-example.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="config override for both runs, e.g. optimization.steps=200 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="config override for both runs, e.g. optimization.steps=200 (repeatable)",
+    )
     parser.add_argument("--data", type=Path, default=SHARED / "data" / "scifact")
     parser.add_argument("--split", default="test")
     parser.add_argument("--queries", type=int, help="evaluate on a subset: the first N judged queries…")
@@ -161,12 +185,17 @@ def main() -> None:
         (args.output / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 
     collection = test_collection(args)
-    results["collection"] = {"name": collection.name, "queries": len(collection.queries),
-                             "documents": len(collection.corpus)}
+    results["collection"] = {
+        "name": collection.name,
+        "queries": len(collection.queries),
+        "documents": len(collection.corpus),
+    }
     # one process per model: the same work, side by side (on a shared machine each gets its share of the CPUs)
     with ProcessPoolExecutor(max_workers=len(models), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {kind: pool.submit(evaluate_folder, args.output / kind / "model", args, args.output / f"{kind}.trec")
-                   for kind in models}
+        futures = {
+            kind: pool.submit(evaluate_folder, args.output / kind / "model", args, args.output / f"{kind}.trec")
+            for kind in models
+        }
         results["evaluation"] = {kind: future.result() for kind, future in futures.items()}
     save()
     speed = query_speed(models, collection.queries.texts, args.batch_size, args.repeats)

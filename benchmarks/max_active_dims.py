@@ -47,8 +47,9 @@ def index_bytes(documents: sp.csr_matrix) -> int:
         return sum(path.stat().st_size for path in (Path(folder) / "index").iterdir())
 
 
-def sweep_row(collection: Collection, documents: sp.csr_matrix, queries: sp.csr_matrix, regime: str,
-              k: int | None) -> dict:
+def sweep_row(
+    collection: Collection, documents: sp.csr_matrix, queries: sp.csr_matrix, regime: str, k: int | None
+) -> dict:
     if k is not None:
         documents = keep_top_weights(documents, k)
         if regime == "both":
@@ -56,19 +57,38 @@ def sweep_row(collection: Collection, documents: sp.csr_matrix, queries: sp.csr_
     hits = build_index(documents, "exact").search_batches(queries, k=1000, show_progress=False)
     run = Run.from_hits(collection.queries.ids, collection.corpus.ids, hits.doc_indices, hits.scores)
     metrics, _ = compute_metrics(collection.qrels, run, collection.measures)
-    return {"regime": regime, "max_active_dims": k, **metrics, "flops": retrieval_flops(queries, documents),
-            "avg_q_nnz": float(active_per_row(queries).mean()), "avg_d_nnz": float(active_per_row(documents).mean()),
-            "postings": int(documents.nnz), "index_bytes": index_bytes(documents)}
+    return {
+        "regime": regime,
+        "max_active_dims": k,
+        **metrics,
+        "flops": retrieval_flops(queries, documents),
+        "avg_q_nnz": float(active_per_row(queries).mean()),
+        "avg_d_nnz": float(active_per_row(documents).mean()),
+        "postings": int(documents.nnz),
+        "index_bytes": index_bytes(documents),
+    }
 
 
 def markdown(rows: list[dict], measures: list[str]) -> str:
     header = ["pruned", "max_active_dims", *measures, "FLOPS", "avg q nnz", "avg d nnz", "postings", "index MB"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * 2 + "---:|" * (len(header) - 2)]
     for row in rows:
-        lines.append("| " + " | ".join([
-            row["regime"], "none" if row["max_active_dims"] is None else str(row["max_active_dims"]),
-            *(f"{row[m]:.4f}" for m in measures), f"{row['flops']:.2f}", f"{row['avg_q_nnz']:.1f}",
-            f"{row['avg_d_nnz']:.1f}", f"{row['postings']:,}", f"{row['index_bytes'] / 1e6:.2f}"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    row["regime"],
+                    "none" if row["max_active_dims"] is None else str(row["max_active_dims"]),
+                    *(f"{row[m]:.4f}" for m in measures),
+                    f"{row['flops']:.2f}",
+                    f"{row['avg_q_nnz']:.1f}",
+                    f"{row['avg_d_nnz']:.1f}",
+                    f"{row['postings']:,}",
+                    f"{row['index_bytes'] / 1e6:.2f}",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -83,12 +103,17 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         chosen = [row for row in rows if row["regime"] == regime]
         label = {"documents": "documents pruned", "both": "documents and queries pruned"}[regime]
         for axis, key, scale in ((by_size, "index_bytes", 1e-6), (by_flops, "flops", 1.0)):
-            axis.plot([row[key] * scale for row in chosen], [row["nDCG@10"] for row in chosen], marker=marker,
-                      label=label)
+            axis.plot(
+                [row[key] * scale for row in chosen], [row["nDCG@10"] for row in chosen], marker=marker, label=label
+            )
             for row in chosen:
-                axis.annotate("none" if row["max_active_dims"] is None else str(row["max_active_dims"]),
-                              (row[key] * scale, row["nDCG@10"]), textcoords="offset points", xytext=(4, -10),
-                              fontsize=8)
+                axis.annotate(
+                    "none" if row["max_active_dims"] is None else str(row["max_active_dims"]),
+                    (row[key] * scale, row["nDCG@10"]),
+                    textcoords="offset points",
+                    xytext=(4, -10),
+                    fontsize=8,
+                )
     by_size.set_xlabel("exact index size (MB)")
     by_flops.set_xlabel("FLOPS (expected multiply-adds per query-document pair)")
     by_flops.set_xscale("log")
@@ -118,28 +143,45 @@ def main() -> None:
     encoder = SparseEncoder.from_pretrained(args.model)
     collection = reconcile(load_collection(args.data, args.split))
     documents, info = encode_corpus(encoder, collection.corpus, args.max_length, args.batch_size, cache=True)
-    queries = encoder.encode_query(collection.queries.texts, batch_size=args.batch_size, max_length=args.max_length,
-                                   ids=collection.queries.ids)
+    queries = encoder.encode_query(
+        collection.queries.texts, batch_size=args.batch_size, max_length=args.max_length, ids=collection.queries.ids
+    )
     rows = [sweep_row(collection, documents.matrix, queries, regime, k) for regime in REGIMES for k in ks]
 
     smallest = ks[0]
-    product = evaluate(encoder, collection, max_length=args.max_length, batch_size=args.batch_size,
-                       max_active_dims=smallest, show_progress=False)
+    product = evaluate(
+        encoder,
+        collection,
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        max_active_dims=smallest,
+        show_progress=False,
+    )
     ours = next(row for row in rows if row["regime"] == "both" and row["max_active_dims"] == smallest)
     for measure, value in product.metrics.items():
         if abs(value - ours[measure]) > 1e-9:
             raise SystemExit(f"{measure}: sweep {ours[measure]} != evaluate(max_active_dims={smallest}) {value}")
 
     measures = list(collection.measures)
-    payload = {"model": args.model, "data": args.data, "split": args.split, "max_length": args.max_length,
-               "docs": len(collection.corpus), "queries": len(collection.queries),
-               "encode_docs_seconds": info["encode_docs_seconds"], "corpus_cached": info["corpus_cached"],
-               "rows": rows}
+    payload = {
+        "model": args.model,
+        "data": args.data,
+        "split": args.split,
+        "max_length": args.max_length,
+        "docs": len(collection.corpus),
+        "queries": len(collection.queries),
+        "encode_docs_seconds": info["encode_docs_seconds"],
+        "corpus_cached": info["corpus_cached"],
+        "rows": rows,
+    }
     with atomic_file(args.output.with_suffix(".json")) as stream:
         stream.write(json.dumps(payload, indent=2) + "\n")
-    plot(rows, args.output.with_suffix(".png"),
-         f"max_active_dims on {collection.name} ({args.split}, {len(collection.queries)} queries), "
-         f"{Path(args.model).name}")
+    plot(
+        rows,
+        args.output.with_suffix(".png"),
+        f"max_active_dims on {collection.name} ({args.split}, {len(collection.queries)} queries), "
+        f"{Path(args.model).name}",
+    )
     print(markdown(rows, measures))
 
 

@@ -34,7 +34,7 @@ def passages(count: int, words: int) -> list[str]:
     pieces = []
     for text in read_corpus(SCIFACT / "corpus.jsonl").texts:
         tokens = text.split()
-        pieces += [" ".join(tokens[start:start + words]) for start in range(0, len(tokens), words)]
+        pieces += [" ".join(tokens[start : start + words]) for start in range(0, len(tokens), words)]
     return [pieces[i % len(pieces)] for i in range(count)]
 
 
@@ -50,11 +50,15 @@ def measure(size: int, queries: int, words: int, depth: int) -> dict:
     rank = bm25_ranker(corpus, 0.9, 0.4, show_progress=False)
     indexed = time.perf_counter()
     for start in range(0, len(texts), QUERY_BATCH):
-        rank(texts[start:start + QUERY_BATCH], depth)
+        rank(texts[start : start + QUERY_BATCH], depth)
     ranked = time.perf_counter()
-    return {"passages": size, "queries": queries, "index_seconds": indexed - started,
-            "seconds_per_query": (ranked - indexed) / queries,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "passages": size,
+        "queries": queries,
+        "index_seconds": indexed - started,
+        "seconds_per_query": (ranked - indexed) / queries,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def main() -> None:
@@ -71,9 +75,23 @@ def main() -> None:
         return
     rows = []
     for size in map(int, args.sizes.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--queries", str(args.queries),
-                               "--words", str(args.words), "--depth", str(args.depth)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                str(size),
+                "--queries",
+                str(args.queries),
+                "--words",
+                str(args.words),
+                "--depth",
+                str(args.depth),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
     sizes = np.array([row["passages"] for row in rows], dtype=float)
@@ -81,10 +99,12 @@ def main() -> None:
     per_passage = float(np.sum([row["index_seconds"] for row in rows]) / sizes.sum())
     rss = np.polyfit(sizes, [row["peak_rss_mb"] for row in rows], 1)
     msmarco, train_queries = 8_841_823, 502_939
-    estimate = {"index_hours": per_passage * msmarco / 3600,
-                "mining_hours": float(np.polyval(per_query, msmarco)) * train_queries / 3600,
-                "peak_rss_gb": float(np.polyval(rss, msmarco)) / 1024,
-                "note": "linear extrapolation from the measured sizes on this machine; an estimate, not a run"}
+    estimate = {
+        "index_hours": per_passage * msmarco / 3600,
+        "mining_hours": float(np.polyval(per_query, msmarco)) * train_queries / 3600,
+        "peak_rss_gb": float(np.polyval(rss, msmarco)) / 1024,
+        "note": "linear extrapolation from the measured sizes on this machine; an estimate, not a run",
+    }
     result = {"rows": rows, "msmarco_estimate": estimate}
     print(json.dumps(estimate, indent=2))
     if args.output:

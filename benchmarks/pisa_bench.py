@@ -70,8 +70,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         exact, seconds = timed(ExactSearcher.build, documents)
         reference, search_seconds = timed(exact.search, queries, args.k)
-        rows.append({"method": "exact", "build_s": seconds, "bytes": folder_bytes(exact, Path(scratch) / "exact"),
-                     "qps": args.queries / search_seconds, "recall@k": 1.0})
+        rows.append(
+            {
+                "method": "exact",
+                "build_s": seconds,
+                "bytes": folder_bytes(exact, Path(scratch) / "exact"),
+                "qps": args.queries / search_seconds,
+                "recall@k": 1.0,
+            }
+        )
         blocks = (documents[start : start + args.block] for start in range(0, args.docs, args.block))
         pisa, seconds = timed(PisaSearcher.build_from_blocks, blocks)
         size = folder_bytes(pisa, Path(scratch) / "pisa")
@@ -80,20 +87,33 @@ def main() -> None:
             started = time.perf_counter()
             found = pisa.search(queries, args.k, algorithm=algorithm)
             search_seconds = time.perf_counter() - started
-            rows.append({"method": f"pisa {algorithm}", "build_s": seconds, "bytes": size,
-                         "qps": args.queries / search_seconds,
-                         "recall@k": recall_at_k(found.doc_indices, reference.doc_indices),
-                         "equal_quantized": sum(row[row >= 0].tolist() == want
-                                                for row, want in zip(found.doc_indices, promised))})
+            rows.append(
+                {
+                    "method": f"pisa {algorithm}",
+                    "build_s": seconds,
+                    "bytes": size,
+                    "qps": args.queries / search_seconds,
+                    "recall@k": recall_at_k(found.doc_indices, reference.doc_indices),
+                    "equal_quantized": sum(
+                        row[row >= 0].tolist() == want for row, want in zip(found.doc_indices, promised)
+                    ),
+                }
+            )
     load = os.getloadavg()
-    print(f"{args.docs:,} documents ({documents.nnz / args.docs:.0f} terms each), {args.queries} queries "
-          f"({queries.nnz / args.queries:.0f} terms), load average {load[0]:.2f}")
-    print("| method | build (s) | index MB | q/s (1 thread) | recall@k vs exact | top-k = quantized brute force |\n"
-          "|---|---:|---:|---:|---:|---:|")
+    print(
+        f"{args.docs:,} documents ({documents.nnz / args.docs:.0f} terms each), {args.queries} queries "
+        f"({queries.nnz / args.queries:.0f} terms), load average {load[0]:.2f}"
+    )
+    print(
+        "| method | build (s) | index MB | q/s (1 thread) | recall@k vs exact | top-k = quantized brute force |\n"
+        "|---|---:|---:|---:|---:|---:|"
+    )
     for row in rows:
         equal = f"{row['equal_quantized']}/{args.queries}" if "equal_quantized" in row else ""
-        print(f"| {row['method']} | {row['build_s']:.2f} | {row['bytes'] / 1e6:.1f} | {row['qps']:.1f} | "
-              f"{row['recall@k']:.4f} | {equal} |")
+        print(
+            f"| {row['method']} | {row['build_s']:.2f} | {row['bytes'] / 1e6:.1f} | {row['qps']:.1f} | "
+            f"{row['recall@k']:.4f} | {equal} |"
+        )
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "load": load, "args": vars(args)}, indent=2, default=str))
 

@@ -67,8 +67,12 @@ def main() -> None:
         print(json.dumps(run_stage(args.stage, args.steps)))
         return
     for stage in STAGES:
-        child = subprocess.run([sys.executable, __file__, "--stage", stage, "--steps", str(args.steps)],
-                               capture_output=True, text=True, check=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--stage", stage, "--steps", str(args.steps)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         print(child.stdout.strip().splitlines()[-1])
 
 

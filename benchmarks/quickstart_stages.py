@@ -1,7 +1,8 @@
 """Where one quickstart's time goes, per stage: wall seconds and CPU seconds (user + sys of the whole process,
 ``resource.getrusage``), and the peak resident set so far, printed when each stage is announced and at the end.
 
-Runs ``spladekit.experiments.quickstart.quickstart`` in this process (options: the CLI's --backbone, --train-data, --eval-data,
+Runs ``spladekit.experiments.quickstart.quickstart`` in this process (options: the CLI's --backbone, --train-data,
+--eval-data,
 --max-length, --steps, same defaults; the output is always overwritten), so the stage boundaries are the
 quickstart's own announcements. For an uncached first run point ``SPLADEKIT_CACHE`` at an empty folder. Run
 from the repository root (the README's demo section has the numbers):
@@ -43,22 +44,46 @@ def main() -> None:
     def say(line: str) -> None:
         if line.startswith("["):  # a stage starts: the time so far, printed now so that a cut-short run tells too
             stages.append((line.split(":")[0].split(" (")[0], time.perf_counter(), cpu_seconds(), peak_mb()))
-            print(f"-- {stages[-1][1] - started[0]:.1f} s wall, {stages[-1][2] - started[1]:.1f} s CPU, "
-                  f"peak {stages[-1][3]:.0f} MB", flush=True)
+            print(
+                f"-- {stages[-1][1] - started[0]:.1f} s wall, {stages[-1][2] - started[1]:.1f} s CPU, "
+                f"peak {stages[-1][3]:.0f} MB",
+                flush=True,
+            )
         print(line, flush=True)
 
-    summary = quickstart(args.backbone, args.train_data, args.output, steps=args.steps, overwrite=True,
-                         show_progress=True, say=say, eval_data=args.eval_data, max_length=args.max_length)
+    summary = quickstart(
+        args.backbone,
+        args.train_data,
+        args.output,
+        steps=args.steps,
+        overwrite=True,
+        show_progress=True,
+        say=say,
+        eval_data=args.eval_data,
+        max_length=args.max_length,
+    )
     stages.append(("end", time.perf_counter(), cpu_seconds(), peak_mb()))
     print(summary["table"])
     previous = ("start", *started, 0.0)
     rows = []
     for stage in stages:
-        rows.append({"stage": previous[0], "wall_s": round(stage[1] - previous[1], 1),
-                     "cpu_s": round(stage[2] - previous[2], 1), "peak_mb_at_end": round(stage[3])})
+        rows.append(
+            {
+                "stage": previous[0],
+                "wall_s": round(stage[1] - previous[1], 1),
+                "cpu_s": round(stage[2] - previous[2], 1),
+                "peak_mb_at_end": round(stage[3]),
+            }
+        )
         previous = stage
-    rows.append({"stage": "total", "wall_s": round(stages[-1][1] - started[0], 1),
-                 "cpu_s": round(stages[-1][2] - started[1], 1), "peak_mb_at_end": round(stages[-1][3])})
+    rows.append(
+        {
+            "stage": "total",
+            "wall_s": round(stages[-1][1] - started[0], 1),
+            "cpu_s": round(stages[-1][2] - started[1], 1),
+            "peak_mb_at_end": round(stages[-1][3]),
+        }
+    )
     print(json.dumps(rows, indent=1))
 
 

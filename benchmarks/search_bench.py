@@ -19,7 +19,8 @@ row, no zero scores):
 Reported per method: build seconds, structure MiB (the index files the backend saves; brute force: the
 document CSR), queries/s with 1 thread and with all threads (``--threads``; backends with a
 ``num_threads``/``threads`` search parameter) with the CPU seconds per wall-clock second of each run (1 thread: the
-share of a core the machine left us; above 1 with threads: they really ran at once), recall@k against ``exact`` and whether the top-k is
+share of a core the machine left us; above 1 with threads: they really ran at once), recall@k against ``exact``
+and whether the top-k is
 identical to it. The slow baselines (before, brute force) run on the first ``--slow-queries`` queries.
 
 Several sizes (``--docs 1000000,2000000,4000000``) print the measured growth and a *linear extrapolation*
@@ -60,8 +61,9 @@ def zipf_probabilities(vocab: int) -> np.ndarray:
     return p / p.sum()
 
 
-def zipf_rows(rows: int, vocab: int, draws: int, rng: np.random.Generator, permutation: np.ndarray,
-              chunk: int = 50_000) -> sp.csr_matrix:
+def zipf_rows(
+    rows: int, vocab: int, draws: int, rng: np.random.Generator, permutation: np.ndarray, chunk: int = 50_000
+) -> sp.csr_matrix:
     """rows × vocab float32 CSR with ``draws`` Zipf-distributed term draws per row (merged duplicates).
 
     Written chunk by chunk into arrays sized for ``rows × draws`` entries: the tail that merged duplicates
@@ -74,8 +76,9 @@ def zipf_rows(rows: int, vocab: int, draws: int, rng: np.random.Generator, permu
         n = min(chunk, rows - start)
         terms = permutation[np.minimum(np.searchsorted(cdf, rng.random((n, draws))), vocab - 1)]
         weights = rng.gamma(2.0, 0.5, size=(n, draws)).astype(np.float32)
-        block = sp.coo_matrix((weights.ravel(), (np.repeat(np.arange(n), draws), terms.ravel())),
-                              shape=(n, vocab)).tocsr()
+        block = sp.coo_matrix(
+            (weights.ravel(), (np.repeat(np.arange(n), draws), terms.ravel())), shape=(n, vocab)
+        ).tocsr()
         block.sum_duplicates()
         data[filled : filled + block.nnz], indices[filled : filled + block.nnz] = block.data, block.indices
         indptr[start + 1 : start + n + 1] = filled + block.indptr[1:]
@@ -88,15 +91,21 @@ def expected_nnz(vocab: int, draws: int) -> float:
     return float(np.sum(1 - (1 - zipf_probabilities(vocab)) ** draws))
 
 
-def memory_estimate(docs: int, vocab: int, nnz_per_doc: float, threads: int, before_batch: int,
-                    brute_batch: int) -> dict[str, float]:
+def memory_estimate(
+    docs: int, vocab: int, nnz_per_doc: float, threads: int, before_batch: int, brute_batch: int
+) -> dict[str, float]:
     """Bytes (GiB) of the big arrays alive at once. Documents D and postings P = Dᵀ: float32 weights + int32
     ids per entry; exact search: an accumulator and its partition copy (float32, n_docs) per thread; exact
     before: a score row (int32 + float32) per query of the batch for every document sharing a term (at most
     all); brute force: the sparse batch of scores and its dense copy."""
     matrix = docs * nnz_per_doc * 8 + (docs + vocab) * 8
-    parts = {"documents D": matrix, "postings P": matrix, "exact search": threads * 2 * docs * 4,
-             "exact before (extra)": before_batch * docs * 8, "brute force (extra, without P)": brute_batch * docs * 12}
+    parts = {
+        "documents D": matrix,
+        "postings P": matrix,
+        "exact search": threads * 2 * docs * 4,
+        "exact before (extra)": before_batch * docs * 8,
+        "brute force (extra, without P)": brute_batch * docs * 12,
+    }
     return {name: value / GIB for name, value in parts.items()}
 
 
@@ -127,8 +136,9 @@ def brute_force_search(documents: sp.csr_matrix, queries: sp.csr_matrix, k: int,
 
 
 def recall_at_k(found: np.ndarray, reference: np.ndarray) -> float:
-    return float(np.mean([len(set(f[f >= 0]) & set(r[r >= 0])) / max((r >= 0).sum(), 1)
-                          for f, r in zip(found, reference)]))
+    return float(
+        np.mean([len(set(f[f >= 0]) & set(r[r >= 0])) / max((r >= 0).sum(), 1) for f, r in zip(found, reference)])
+    )
 
 
 def timed(function: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -154,9 +164,13 @@ def saved_mib(searcher: Searcher) -> float:
 
 def compare(reference: SearchResult, result: SearchResult) -> dict[str, Any]:
     n = result.doc_indices.shape[0]
-    return {"recall": recall_at_k(result.doc_indices, reference.doc_indices[:n]),
-            "identical": bool(np.array_equal(result.doc_indices, reference.doc_indices[:n])
-                              and np.array_equal(result.scores, reference.scores[:n]))}
+    return {
+        "recall": recall_at_k(result.doc_indices, reference.doc_indices[:n]),
+        "identical": bool(
+            np.array_equal(result.doc_indices, reference.doc_indices[:n])
+            and np.array_equal(result.scores, reference.scores[:n])
+        ),
+    }
 
 
 def thread_param(backend: type[Searcher]) -> str | None:
@@ -166,38 +180,71 @@ def thread_param(backend: type[Searcher]) -> str | None:
 def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict[str, str]]) -> list[dict]:
     """Every method at one collection size; one row per method."""
     before_batch = max(1, min(args.before_batch, GIB // (8 * docs)))  # ≤ 1 GiB of sparse scores per batch
-    estimate = memory_estimate(docs, args.vocab, expected_nnz(args.vocab, args.doc_draws), args.threads,
-                               before_batch, args.brute_batch)
-    print(f"\n## {docs:,} documents\nestimated memory (GiB): "
-          + ", ".join(f"{name} {value:.2f}" for name, value in estimate.items())
-          + f"; peak of the exact path ≈ {sum(list(estimate.values())[:3]):.2f}"
-          + f", with exact before {sum(list(estimate.values())[:4]):.2f}", flush=True)
+    estimate = memory_estimate(
+        docs, args.vocab, expected_nnz(args.vocab, args.doc_draws), args.threads, before_batch, args.brute_batch
+    )
+    print(
+        f"\n## {docs:,} documents\nestimated memory (GiB): "
+        + ", ".join(f"{name} {value:.2f}" for name, value in estimate.items())
+        + f"; peak of the exact path ≈ {sum(list(estimate.values())[:3]):.2f}"
+        + f", with exact before {sum(list(estimate.values())[:4]):.2f}",
+        flush=True,
+    )
     rng = np.random.default_rng(args.seed)
     permutation = rng.permutation(args.vocab)
     documents = zipf_rows(docs, args.vocab, args.doc_draws, rng, permutation)
     queries = zipf_rows(args.queries, args.vocab, args.query_draws, rng, permutation)
     slow = queries[: args.slow_queries]
-    print(f"collection: {docs:,} docs, avg nnz {documents.nnz / docs:.1f}; {queries.shape[0]} queries, avg nnz "
-          f"{queries.nnz / queries.shape[0]:.1f}; vocab {args.vocab:,}; load average {os.getloadavg()}", flush=True)
+    print(
+        f"collection: {docs:,} docs, avg nnz {documents.nnz / docs:.1f}; {queries.shape[0]} queries, avg nnz "
+        f"{queries.nnz / queries.shape[0]:.1f}; vocab {args.vocab:,}; load average {os.getloadavg()}",
+        flush=True,
+    )
 
     rows = []
     exact, build = timed(ExactSearcher.build, documents)
     size = saved_mib(exact)
     reference, one, cpu_one = timed_parallel(exact.search, queries, k=args.k, num_threads=1)
     result, everyone, cpu = timed_parallel(exact.search, queries, k=args.k, num_threads=args.threads)
-    rows.append({"method": "exact", "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
-                 "cpu_per_wall_1": cpu_one, "qps_all": queries.shape[0] / everyone, "cpu_per_wall": cpu,
-                 **compare(reference, result)})
+    rows.append(
+        {
+            "method": "exact",
+            "build_s": build,
+            "mib": size,
+            "qps_1": queries.shape[0] / one,
+            "cpu_per_wall_1": cpu_one,
+            "qps_all": queries.shape[0] / everyone,
+            "cpu_per_wall": cpu,
+            **compare(reference, result),
+        }
+    )
     if "before" in args.baselines:
         result, seconds = timed(before_search, exact.postings, slow, args.k, before_batch)
-        rows.append({"method": f"exact before (query batch {before_batch})", "build_s": build, "mib": size,
-                     "qps_1": slow.shape[0] / seconds, "qps_all": None, "cpu_per_wall": None, **compare(reference, result)})
+        rows.append(
+            {
+                "method": f"exact before (query batch {before_batch})",
+                "build_s": build,
+                "mib": size,
+                "qps_1": slow.shape[0] / seconds,
+                "qps_all": None,
+                "cpu_per_wall": None,
+                **compare(reference, result),
+            }
+        )
     del exact
     if "brute" in args.baselines:
         result, seconds = timed(brute_force_search, documents, slow, args.k, args.brute_batch)
-        rows.append({"method": f"scipy brute force (D @ Qᵀ, query batch {args.brute_batch})", "build_s": 0.0,
-                     "mib": sum(a.nbytes for a in (documents.data, documents.indices, documents.indptr)) / 2**20,
-                     "qps_1": slow.shape[0] / seconds, "qps_all": None, "cpu_per_wall": None, **compare(reference, result)})
+        rows.append(
+            {
+                "method": f"scipy brute force (D @ Qᵀ, query batch {args.brute_batch})",
+                "build_s": 0.0,
+                "mib": sum(a.nbytes for a in (documents.data, documents.indices, documents.indptr)) / 2**20,
+                "qps_1": slow.shape[0] / seconds,
+                "qps_all": None,
+                "cpu_per_wall": None,
+                **compare(reference, result),
+            }
+        )
 
     for name in args.backends:
         if name == "exact":
@@ -216,29 +263,42 @@ def run_size(docs: int, args: argparse.Namespace, backend_params: dict[str, dict
             result, one, cpu_one = timed_parallel(searcher.search, queries, k=args.k, **{threads: 1})
             _, everyone, cpu = timed_parallel(searcher.search, queries, k=args.k, **{threads: args.threads})
         label = f"{name} ({', '.join(f'{key}={value}' for key, value in params.items())})" if params else name
-        rows.append({"method": label, "build_s": build, "mib": size, "qps_1": queries.shape[0] / one,
-                     "cpu_per_wall_1": cpu_one,
-                     "qps_all": None if everyone is None else queries.shape[0] / everyone, "cpu_per_wall": cpu,
-                     **compare(reference, result)})
+        rows.append(
+            {
+                "method": label,
+                "build_s": build,
+                "mib": size,
+                "qps_1": queries.shape[0] / one,
+                "cpu_per_wall_1": cpu_one,
+                "qps_all": None if everyone is None else queries.shape[0] / everyone,
+                "cpu_per_wall": cpu,
+                **compare(reference, result),
+            }
+        )
         del searcher
     print_table(rows, args)
     return rows
 
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
-    print(f"\n| method | build (s) | structure (MiB) | queries/s (1 thread; CPU/wall) | queries/s ({args.threads} "
-          f"threads; CPU/wall) | recall@{args.k} vs exact | same top-k as exact |")
+    print(
+        f"\n| method | build (s) | structure (MiB) | queries/s (1 thread; CPU/wall) | queries/s ({args.threads} "
+        f"threads; CPU/wall) | recall@{args.k} vs exact | same top-k as exact |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        everyone = ("—" if row["qps_all"] is None
-                    else f"{row['qps_all']:,.1f} ({row['cpu_per_wall']:.2f})")
+        everyone = "—" if row["qps_all"] is None else f"{row['qps_all']:,.1f} ({row['cpu_per_wall']:.2f})"
         one = f"{row['qps_1']:,.1f}" + ("" if row.get("cpu_per_wall_1") is None else f" ({row['cpu_per_wall_1']:.2f})")
-        print(f"| {row['method']} | {row['build_s']:.1f} | {row['mib']:,.0f} | {one} | {everyone} | "
-              f"{row['recall']:.3f} | {'yes' if row['identical'] else 'no'} |")
+        print(
+            f"| {row['method']} | {row['build_s']:.1f} | {row['mib']:,.0f} | {one} | {everyone} | "
+            f"{row['recall']:.3f} | {'yes' if row['identical'] else 'no'} |"
+        )
     exact, before = rows[0], next((row for row in rows if row["method"].startswith("exact before")), None)
     if before is not None:
-        print(f"\nexact vs exact before: ×{exact['qps_1'] / before['qps_1']:.1f} with 1 thread, "
-              f"×{exact['qps_all'] / before['qps_1']:.1f} with {args.threads} threads (before: 1 thread)")
+        print(
+            f"\nexact vs exact before: ×{exact['qps_1'] / before['qps_1']:.1f} with 1 thread, "
+            f"×{exact['qps_all'] / before['qps_1']:.1f} with {args.threads} threads (before: 1 thread)"
+        )
 
 
 def print_growth(sizes: list[int], results: list[list[dict]], args: argparse.Namespace) -> None:
@@ -247,14 +307,19 @@ def print_growth(sizes: list[int], results: list[list[dict]], args: argparse.Nam
     inverted to queries/s)."""
     target = args.extrapolate_to
     print(f"\n## growth with the collection size (measured at {', '.join(f'{n:,}' for n in sizes)} documents)")
-    print(f"\n| method | quantity | {' | '.join(f'{n:,}' for n in sizes)} | growth per size step | "
-          f"LINEAR EXTRAPOLATION to {target:,} (not measured) |")
+    print(
+        f"\n| method | quantity | {' | '.join(f'{n:,}' for n in sizes)} | growth per size step | "
+        f"LINEAR EXTRAPOLATION to {target:,} (not measured) |"
+    )
     print(f"|---|---|{'---:|' * len(sizes)}---|---:|")
     for index, row in enumerate(results[0]):
         series = [rows[index] for rows in results]
-        for key, label, invert in (("build_s", "build (s)", False), ("mib", "structure (MiB)", False),
-                                   ("qps_1", "queries/s, 1 thread", True),
-                                   ("qps_all", f"queries/s, {args.threads} threads", True)):
+        for key, label, invert in (
+            ("build_s", "build (s)", False),
+            ("mib", "structure (MiB)", False),
+            ("qps_1", "queries/s, 1 thread", True),
+            ("qps_all", f"queries/s, {args.threads} threads", True),
+        ):
             values = [entry[key] for entry in series]
             if any(value is None for value in values):
                 continue
@@ -263,31 +328,55 @@ def print_growth(sizes: list[int], results: list[list[dict]], args: argparse.Nam
             projected = intercept + slope * target
             shown = "— (no growth to fit)" if projected <= 0 else f"{1 / projected if invert else projected:,.1f}"
             growth = ", ".join(f"×{b / a:.2f}" if a else "—" for a, b in zip(values, values[1:]))
-            print(f"| {row['method']} | {label} | {' | '.join(f'{value:,.1f}' for value in values)} | {growth} | "
-                  f"{shown} |")
+            print(
+                f"| {row['method']} | {label} | {' | '.join(f'{value:,.1f}' for value in values)} | {growth} | "
+                f"{shown} |"
+            )
         if row["qps_all"] is not None:
             seconds_per_query = np.polyfit(sizes, [1 / entry["qps_all"] for entry in series], 1)
             total = (seconds_per_query[1] + seconds_per_query[0] * target) * args.extrapolate_queries
             shown = "— (no growth to fit)" if total <= 0 else f"{total / 60:,.1f} min"
-            print(f"| {row['method']} | {args.extrapolate_queries:,} queries, {args.threads} threads "
-                  f"(extrapolated) | {' | '.join('' for _ in sizes)} | | {shown} |")
+            print(
+                f"| {row['method']} | {args.extrapolate_queries:,} queries, {args.threads} threads "
+                f"(extrapolated) | {' | '.join('' for _ in sizes)} | | {shown} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--docs", default="1000000", help="documents; several sizes comma-separated "
-                        "(e.g. 1000000,2000000,4000000) print the growth and a linear extrapolation")
+    parser.add_argument(
+        "--docs",
+        default="1000000",
+        help="documents; several sizes comma-separated "
+        "(e.g. 1000000,2000000,4000000) print the growth and a linear extrapolation",
+    )
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--slow-queries", type=int, default=50,
-                        help="queries (the first ones) for the slow baselines: exact before, brute force")
-    parser.add_argument("--backends", default="exact,seismic",
-                        help="comma-separated names from spladekit.index.BACKENDS (exact always runs: the reference)")
+    parser.add_argument(
+        "--slow-queries",
+        type=int,
+        default=50,
+        help="queries (the first ones) for the slow baselines: exact before, brute force",
+    )
+    parser.add_argument(
+        "--backends",
+        default="exact,seismic",
+        help="comma-separated names from spladekit.index.BACKENDS (exact always runs: the reference)",
+    )
     parser.add_argument("--baselines", default="before,brute", help="comma-separated: before, brute (or none)")
-    parser.add_argument("--param", action="append", default=[], metavar="BACKEND:NAME=VALUE",
-                        help="a build parameter of a backend, e.g. seismic:n_postings=3500 (repeatable)")
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="BACKEND:NAME=VALUE",
+        help="a build parameter of a backend, e.g. seismic:n_postings=3500 (repeatable)",
+    )
     parser.add_argument("--threads", type=int, default=available_cores(), help="the 'all threads' count")
-    parser.add_argument("--before-batch", type=int, default=64,
-                        help="queries per sparse product in exact before (capped at 1 GiB of scores)")
+    parser.add_argument(
+        "--before-batch",
+        type=int,
+        default=64,
+        help="queries per sparse product in exact before (capped at 1 GiB of scores)",
+    )
     parser.add_argument("--brute-batch", type=int, default=16, help="queries per brute-force product")
     parser.add_argument("--vocab", type=int, default=30_522)
     parser.add_argument("--doc-draws", type=int, default=170, help="term draws per document (~124 distinct)")
@@ -307,18 +396,32 @@ def main() -> None:
         name, _, value = assignment.partition("=")
         backend_params.setdefault(backend, {})[name] = value
 
-    print(f"memory estimate at {args.extrapolate_to:,} documents (GiB): " + ", ".join(
-        f"{name} {value:.2f}" for name, value in memory_estimate(
-            args.extrapolate_to, args.vocab, expected_nnz(args.vocab, args.doc_draws), args.threads,
-            max(1, min(args.before_batch, GIB // (8 * args.extrapolate_to))), args.brute_batch).items()))
+    print(
+        f"memory estimate at {args.extrapolate_to:,} documents (GiB): "
+        + ", ".join(
+            f"{name} {value:.2f}"
+            for name, value in memory_estimate(
+                args.extrapolate_to,
+                args.vocab,
+                expected_nnz(args.vocab, args.doc_draws),
+                args.threads,
+                max(1, min(args.before_batch, GIB // (8 * args.extrapolate_to))),
+                args.brute_batch,
+            ).items()
+        )
+    )
     results = [run_size(docs, args, backend_params) for docs in sizes]
     if len(sizes) > 1:
         print_growth(sizes, results, args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"\npeak RSS of the whole run: {peak:.1f} GiB; load average at the end {os.getloadavg()}")
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "sizes": sizes,
-                                         "rows": results, "peak_rss_gib": peak}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"args": vars(args) | {"json": str(args.json)}, "sizes": sizes, "rows": results, "peak_rss_gib": peak},
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,9 @@ def ir_datasets_cranfield(beir_folder: Path, home: Path) -> Path:
     queries = [json.loads(line) for line in (beir_folder / "queries.jsonl").read_text().splitlines()]
     qrels = [line.split("\t") for line in (beir_folder / "qrels" / "test.tsv").read_text().splitlines()[1:]]
     members = {
-        "cran.all.1400": "".join(f".I {doc['_id']}\n.T\n{doc['title']}\n.A\n\n.B\n\n.W\n{doc['text']}\n"
-                                 for doc in documents),
+        "cran.all.1400": "".join(
+            f".I {doc['_id']}\n.T\n{doc['title']}\n.A\n\n.B\n\n.W\n{doc['text']}\n" for doc in documents
+        ),
         "cran.qry": "".join(f".I {query['_id']}\n.W\n{query['text']}\n" for query in queries),
         "cranqrel": "".join(f"{query} {doc} {int(grade) or -1}\n" for query, doc, grade in qrels),
     }
@@ -103,7 +104,12 @@ def offline_env(root: Path) -> dict[str, str]:
     """Environment variables for a process that may use only the caches under ``root`` and imports the
     spladekit under test (whatever the child's working directory)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("HF_", "IR_DATASETS"))}
-    return env | {"PYTHONPATH": str(Path(spladekit.__file__).resolve().parents[1]),
-                  "HF_HOME": str(root / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-                  "IR_DATASETS_HOME": str(root / "ir_datasets"), "SPLADEKIT_CACHE": str(root / "spladekit"),
-                  "TRANSFORMERS_OFFLINE": "1"}
+    return env | {
+        "PYTHONPATH": str(Path(spladekit.__file__).resolve().parents[1]),
+        "HF_HOME": str(root / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "IR_DATASETS_HOME": str(root / "ir_datasets"),
+        "SPLADEKIT_CACHE": str(root / "spladekit"),
+        "TRANSFORMERS_OFFLINE": "1",
+    }

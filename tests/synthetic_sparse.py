@@ -13,7 +13,8 @@ def zipf_matrix(rows: int, vocab: int, nnz_per_row: int, seed: int, exponent: fl
     p = 1.0 / np.arange(1, vocab + 1) ** exponent
     terms = rng.choice(vocab, size=(rows, nnz_per_row), p=p / p.sum())
     weights = rng.gamma(2.0, 0.5, size=(rows, nnz_per_row)).astype(np.float32)
-    matrix = sp.coo_matrix((weights.ravel(), (np.repeat(np.arange(rows), nnz_per_row), terms.ravel())),
-                           shape=(rows, vocab)).tocsr()
+    matrix = sp.coo_matrix(
+        (weights.ravel(), (np.repeat(np.arange(rows), nnz_per_row), terms.ravel())), shape=(rows, vocab)
+    ).tocsr()
     matrix.sort_indices()
     return matrix

@@ -16,8 +16,21 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spladekit"
 LAYERS: list[tuple[str, list[str]]] = [
     ("common", ["errors", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"]),
     ("data", ["trec", "jsonl", "triplets", "teacher", "samples", "collections", "stream", "suites", "training"]),
-    ("model", ["foreign", "backbone", "head", "pooling", "card", "encoder", "inference_free", "loading",
-               "diagnosis", "rescaling"]),
+    (
+        "model",
+        [
+            "foreign",
+            "backbone",
+            "head",
+            "pooling",
+            "card",
+            "encoder",
+            "inference_free",
+            "loading",
+            "diagnosis",
+            "rescaling",
+        ],
+    ),
     ("vectors", ["shards", "artifact", "encoding"]),
     ("index", ["params", "store", "base", "engine", "exact", "seismic", "bmp", "pisa", "qdrant", "milvus"]),
     ("evaluation", ["run", "result", "bm25", "evaluate", "cost", "baselines", "explain"]),
@@ -58,8 +71,12 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def upward_imports(graph: dict[str, set[str]], rank: dict[str, tuple[int, int]]) -> list[str]:
-    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
-                  if rank[target] >= rank[source])
+    return sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if rank[target] >= rank[source]
+    )
 
 
 def test_the_checker_flags_an_import_that_goes_up():
@@ -79,9 +96,11 @@ def test_imports_only_go_down_the_layers():
 
 
 def test_cli_help_imports_neither_torch_nor_transformers():
-    code = ("import sys, runpy; sys.argv = ['spladekit', '--help']\n"
-            "try:\n    runpy.run_module('spladekit', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, runpy; sys.argv = ['spladekit', '--help']\n"
+        "try:\n    runpy.run_module('spladekit', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "Usage" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]"

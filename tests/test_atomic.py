@@ -124,8 +124,10 @@ def test_commit_refuses_a_target_created_meanwhile(tmp_path):
         target.mkdir()
         (target / "theirs").write_text("theirs")
     assert [p.name for p in target.iterdir()] == ["theirs"]
-    with pytest.raises(SpladekitError, match="created by someone else"), \
-            open_output(tmp_path / "run.trec", folder=False) as output:
+    with (
+        pytest.raises(SpladekitError, match="created by someone else"),
+        open_output(tmp_path / "run.trec", folder=False) as output,
+    ):
         output.staging.write_text("mine")
         (tmp_path / "run.trec").write_text("theirs")
     assert (tmp_path / "run.trec").read_text() == "theirs"
@@ -136,8 +138,10 @@ def test_save_functions_write_into_an_open_output(tmp_path):
     import numpy as np
     import scipy.sparse as sp
 
-    with open_output(tmp_path / "vectors", folder=True) as folder, \
-            open_output(tmp_path / "run.trec", folder=False) as run_file:
+    with (
+        open_output(tmp_path / "vectors", folder=True) as folder,
+        open_output(tmp_path / "run.trec", folder=False) as run_file,
+    ):
         Vectors(sp.csr_matrix(np.eye(2, dtype=np.float32)), ["a", "b"]).save(folder.staging)
         Run({"q": {"a": 1.0}}).write(run_file.staging)
         with atomic_file(folder.staging / "extra.txt") as stream:
@@ -161,8 +165,9 @@ HOLDER = textwrap.dedent("""
 
 
 def hold_in_another_process(target):
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(target)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(target)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout.readline().strip() == "ready"
     return process
 

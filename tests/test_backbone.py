@@ -47,8 +47,14 @@ def test_remote_code_needs_explicit_trust(tiny_model_dirs):
 
 
 def test_encoder_without_mlm_head_reports_fresh_weights(tmp_path):
-    config = T.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=64, max_position_embeddings=64)
+    config = T.BertConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     T.BertModel(config).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     backbone = load_backbone(tmp_path)
@@ -81,8 +87,9 @@ def test_damaged_safetensors_are_an_error_naming_the_file(tiny_model_dirs, tmp_p
     assert str(error.value).startswith(f"{weights}: ")
 
 
-@pytest.mark.parametrize("field, value", [("hidden_size", "abc"), ("hidden_size", [32]), ("num_hidden_layers", None),
-                                          ("vocab_size", 1.5)])
+@pytest.mark.parametrize(
+    "field, value", [("hidden_size", "abc"), ("hidden_size", [32]), ("num_hidden_layers", None), ("vocab_size", 1.5)]
+)
 def test_config_value_of_the_wrong_type_is_an_error_naming_config_json(tiny_model_dirs, tmp_path, field, value):
     folder = copy_of(tiny_model_dirs, tmp_path)
     config = json.loads((folder / "config.json").read_text())
@@ -92,12 +99,15 @@ def test_config_value_of_the_wrong_type_is_an_error_naming_config_json(tiny_mode
     assert str(error.value).startswith(f"{folder / 'config.json'}: ")
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("config.json", "[1, 2]", "config.json: expected a JSON object, got list"),
-    ("tokenizer.json", "{oops", "tokenizer.json:1: not valid JSON"),
-    ("model.safetensors.index.json", '{"weight_map": {"w": "model-00002.safetensors"}}', "names the shard"),
-    ("model.safetensors.index.json", '{"weight_map": ["model.safetensors"]}', "'weight_map' must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("config.json", "[1, 2]", "config.json: expected a JSON object, got list"),
+        ("tokenizer.json", "{oops", "tokenizer.json:1: not valid JSON"),
+        ("model.safetensors.index.json", '{"weight_map": {"w": "model-00002.safetensors"}}', "names the shard"),
+        ("model.safetensors.index.json", '{"weight_map": ["model.safetensors"]}', "'weight_map' must be a JSON object"),
+    ],
+)
 def test_other_damaged_model_files_are_named(tiny_model_dirs, tmp_path, name, content, message):
     folder = copy_of(tiny_model_dirs, tmp_path)
     (folder / name).write_text(content)

@@ -34,11 +34,20 @@ def world(tmp_path_factory) -> dict[str, Path]:
     Vectors(encoder.encode(texts, show_progress=False), ["d1", "d2"], {"model": str(model)}).save(root / "vectors")
     encode_to_shards(str(model), beir / "corpus.jsonl", root / "sharded", shard_size=4, show_progress=False)
     triplets = root / "triplets.tsv"
-    triplets.write_text("".join(f"{q}\t{d}\t{SAMPLE_PAIRS[(i + 1) % 12][1]}\n" for i, (q, d) in enumerate(SAMPLE_PAIRS)))
+    triplets.write_text(
+        "".join(f"{q}\t{d}\t{SAMPLE_PAIRS[(i + 1) % 12][1]}\n" for i, (q, d) in enumerate(SAMPLE_PAIRS))
+    )
     config = {"backbone": {"id": str(model)}, "data": {"path": str(triplets)}, "optimization": {"steps": 1}}
     (root / "train.yaml").write_text(yaml.safe_dump(config))
-    return {"root": root, "model": model, "beir": beir, "vectors": root / "vectors", "triplets": triplets,
-            "train": root / "train.yaml", "sharded": root / "sharded"}
+    return {
+        "root": root,
+        "model": model,
+        "beir": beir,
+        "vectors": root / "vectors",
+        "triplets": triplets,
+        "train": root / "train.yaml",
+        "sharded": root / "sharded",
+    }
 
 
 def other_model_interrupted(folder: Path) -> None:
@@ -80,8 +89,12 @@ def retype_config(folder: Path) -> None:
 
 
 def sweep_file(tmp: Path, world: dict, **changes) -> Path:
-    sweep = {"name": "s", "recipe": {"data": {"path": str(world["triplets"])}, "optimization": {"steps": 1}},
-             "backbones": [{"name": "b", "id": str(world["model"])}], "k": [1]} | changes
+    sweep = {
+        "name": "s",
+        "recipe": {"data": {"path": str(world["triplets"])}, "optimization": {"steps": 1}},
+        "backbones": [{"name": "b", "id": str(world["model"])}],
+        "k": [1],
+    } | changes
     return write(tmp / "bad" / "sweep.yaml", yaml.safe_dump(sweep))
 
 
@@ -93,162 +106,601 @@ def bad_sweep_folder(tmp: Path, record: str) -> Path:
 # (case id, arguments builder (tmp, world) -> command line; OUT marks where nothing may appear, what the error says)
 CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # diagnose
-    ("diagnose-missing-model", lambda t, w: ["diagnose", t / "nope" / "model", "--output", t / "OUT.json"], "no such model folder"),
-    ("diagnose-no-weights", lambda t, w: ["diagnose", write(t / "bad" / "config.json", "{}").parent, "--output", t / "OUT.json"],
-     "no model weights"),
-    ("diagnose-truncated-safetensors", lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", truncate_weights),
-                                                     "--output", t / "OUT.json"], "model.safetensors"),
-    ("diagnose-config-wrong-type", lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", retype_config),
-                                                 "--output", t / "OUT.json"], "config.json"),
-    ("diagnose-bad-sample", lambda t, w: ["diagnose", w["model"], "--sample", write(t / "bad" / "s.tsv", "only one field\n"),
-                                          "--output", t / "OUT.json"], "s.tsv:1:"),
-    ("diagnose-bad-mode", lambda t, w: ["diagnose", w["model"], "--mode", "sideways", "--output", t / "OUT.json"],
-     "mode must be one of tied, untie, auto, got 'sideways'"),
+    (
+        "diagnose-missing-model",
+        lambda t, w: ["diagnose", t / "nope" / "model", "--output", t / "OUT.json"],
+        "no such model folder",
+    ),
+    (
+        "diagnose-no-weights",
+        lambda t, w: ["diagnose", write(t / "bad" / "config.json", "{}").parent, "--output", t / "OUT.json"],
+        "no model weights",
+    ),
+    (
+        "diagnose-truncated-safetensors",
+        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", truncate_weights), "--output", t / "OUT.json"],
+        "model.safetensors",
+    ),
+    (
+        "diagnose-config-wrong-type",
+        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", retype_config), "--output", t / "OUT.json"],
+        "config.json",
+    ),
+    (
+        "diagnose-bad-sample",
+        lambda t, w: [
+            "diagnose",
+            w["model"],
+            "--sample",
+            write(t / "bad" / "s.tsv", "only one field\n"),
+            "--output",
+            t / "OUT.json",
+        ],
+        "s.tsv:1:",
+    ),
+    (
+        "diagnose-bad-mode",
+        lambda t, w: ["diagnose", w["model"], "--mode", "sideways", "--output", t / "OUT.json"],
+        "mode must be one of tied, untie, auto, got 'sideways'",
+    ),
     # rescale
     ("rescale-k-zero", lambda t, w: ["rescale", w["model"], "--k", "0", "--output", t / "OUT"], "k must be a positive"),
-    ("rescale-k-text", lambda t, w: ["rescale", w["model"], "--k", "abc", "--output", t / "OUT"], "k must be a positive"),
+    (
+        "rescale-k-text",
+        lambda t, w: ["rescale", w["model"], "--k", "abc", "--output", t / "OUT"],
+        "k must be a positive",
+    ),
     ("rescale-k-overflows", lambda t, w: ["rescale", w["model"], "--k", "1e-36", "--output", t / "OUT"], "1e-36"),
-    ("rescale-bad-mode", lambda t, w: ["rescale", w["model"], "--k", "2", "--mode", "sideways", "--output", t / "OUT"],
-     "sideways"),
+    (
+        "rescale-bad-mode",
+        lambda t, w: ["rescale", w["model"], "--k", "2", "--mode", "sideways", "--output", t / "OUT"],
+        "sideways",
+    ),
     # encode
-    ("encode-invalid-json", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, ['{"_id": "a", "text": "x"}', "{oops"]),
-                                          "--output", t / "OUT"], "corpus.jsonl:2: not valid JSON"),
-    ("encode-missing-id", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, ['{"text": "x"}']), "--output", t / "OUT"],
-     "corpus.jsonl:1: missing field '_id'"),
-    ("encode-duplicate-id", lambda t, w: ["encode", w["model"], "--corpus",
-                                          corpus(t, ['{"_id": "a", "text": "x"}', '{"_id": "a", "text": "y"}']),
-                                          "--output", t / "OUT"], "corpus.jsonl:2: duplicate id"),
-    ("encode-id-with-space", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, ['{"_id": "a b", "text": "x"}']),
-                                           "--output", t / "OUT"], "corpus.jsonl:1:"),
-    ("encode-id-with-newline", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, ['{"_id": "a\\nb", "text": "x"}']),
-                                             "--output", t / "OUT"], "corpus.jsonl:1:"),
-    ("encode-not-utf8", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, b'{"_id": "a", "text": "caf\xe9"}\n'),
-                                      "--output", t / "OUT"], "corpus.jsonl:1: not valid UTF-8"),
-    ("encode-empty-corpus", lambda t, w: ["encode", w["model"], "--corpus", corpus(t, b""), "--output", t / "OUT"],
-     "empty corpus"),
-    ("encode-unknown-pooling", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--pooling", "avg",
-                                             "--output", t / "OUT"], "unknown pooling"),
-    ("encode-unknown-side", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--side", "passage",
-                                          "--output", t / "OUT"], "unknown side 'passage'"),
-    ("encode-unknown-device", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl", "--device", "tpu9",
-                                            "--output", t / "OUT"], "unknown device 'tpu9'"),
-    ("encode-max-active-dims-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
-                                                  "--max-active-dims", "0", "--output", t / "OUT"], "max_active_dims"),
-    ("encode-shard-out-of-range", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
-                                                "--shard", "3/2", "--output", t / "OUT"], "--shard must be I/N"),
-    ("encode-shard-size-zero", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
-                                             "--shard-size", "0", "--output", t / "OUT"], "--shard-size must be"),
-    ("encode-resume-with-overwrite", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
-                                                   "--resume", "--overwrite", "--output", t / "OUT"], "give only one"),
-    ("encode-resume-another-model", lambda t, w: ["encode", w["model"], "--corpus", w["beir"] / "corpus.jsonl",
-                                                  "--shard-size", "4", "--resume", "--output",
-                                                  damaged_copy(w["sharded"], t / "prior", other_model_interrupted)],
-     "differs in: model_sha256"),
+    (
+        "encode-invalid-json",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            corpus(t, ['{"_id": "a", "text": "x"}', "{oops"]),
+            "--output",
+            t / "OUT",
+        ],
+        "corpus.jsonl:2: not valid JSON",
+    ),
+    (
+        "encode-missing-id",
+        lambda t, w: ["encode", w["model"], "--corpus", corpus(t, ['{"text": "x"}']), "--output", t / "OUT"],
+        "corpus.jsonl:1: missing field '_id'",
+    ),
+    (
+        "encode-duplicate-id",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            corpus(t, ['{"_id": "a", "text": "x"}', '{"_id": "a", "text": "y"}']),
+            "--output",
+            t / "OUT",
+        ],
+        "corpus.jsonl:2: duplicate id",
+    ),
+    (
+        "encode-id-with-space",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            corpus(t, ['{"_id": "a b", "text": "x"}']),
+            "--output",
+            t / "OUT",
+        ],
+        "corpus.jsonl:1:",
+    ),
+    (
+        "encode-id-with-newline",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            corpus(t, ['{"_id": "a\\nb", "text": "x"}']),
+            "--output",
+            t / "OUT",
+        ],
+        "corpus.jsonl:1:",
+    ),
+    (
+        "encode-not-utf8",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            corpus(t, b'{"_id": "a", "text": "caf\xe9"}\n'),
+            "--output",
+            t / "OUT",
+        ],
+        "corpus.jsonl:1: not valid UTF-8",
+    ),
+    (
+        "encode-empty-corpus",
+        lambda t, w: ["encode", w["model"], "--corpus", corpus(t, b""), "--output", t / "OUT"],
+        "empty corpus",
+    ),
+    (
+        "encode-unknown-pooling",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--pooling",
+            "avg",
+            "--output",
+            t / "OUT",
+        ],
+        "unknown pooling",
+    ),
+    (
+        "encode-unknown-side",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--side",
+            "passage",
+            "--output",
+            t / "OUT",
+        ],
+        "unknown side 'passage'",
+    ),
+    (
+        "encode-unknown-device",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--device",
+            "tpu9",
+            "--output",
+            t / "OUT",
+        ],
+        "unknown device 'tpu9'",
+    ),
+    (
+        "encode-max-active-dims-zero",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--max-active-dims",
+            "0",
+            "--output",
+            t / "OUT",
+        ],
+        "max_active_dims",
+    ),
+    (
+        "encode-shard-out-of-range",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--shard",
+            "3/2",
+            "--output",
+            t / "OUT",
+        ],
+        "--shard must be I/N",
+    ),
+    (
+        "encode-shard-size-zero",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--shard-size",
+            "0",
+            "--output",
+            t / "OUT",
+        ],
+        "--shard-size must be",
+    ),
+    (
+        "encode-resume-with-overwrite",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--resume",
+            "--overwrite",
+            "--output",
+            t / "OUT",
+        ],
+        "give only one",
+    ),
+    (
+        "encode-resume-another-model",
+        lambda t, w: [
+            "encode",
+            w["model"],
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--shard-size",
+            "4",
+            "--resume",
+            "--output",
+            damaged_copy(w["sharded"], t / "prior", other_model_interrupted),
+        ],
+        "differs in: model_sha256",
+    ),
     # index
-    ("index-sharded-checksum", lambda t, w: ["index", damaged_copy(w["sharded"], t / "bad", lambda f: (
-        f / "shards" / "00001" / "vectors.npz").write_bytes(b"x")), "--output", t / "OUT"], "sha256 mismatch"),
+    (
+        "index-sharded-checksum",
+        lambda t, w: [
+            "index",
+            damaged_copy(w["sharded"], t / "bad", lambda f: (f / "shards" / "00001" / "vectors.npz").write_bytes(b"x")),
+            "--output",
+            t / "OUT",
+        ],
+        "sha256 mismatch",
+    ),
     ("index-not-vectors", lambda t, w: ["index", w["beir"], "--output", t / "OUT"], "not a spladekit vectors folder"),
-    ("index-empty-npz", lambda t, w: ["index", damaged_copy(w["vectors"], t / "bad", lambda f: (f / "vectors.npz").write_bytes(b"")),
-                                      "--output", t / "OUT"], "vectors.npz"),
-    ("index-negative-param", lambda t, w: ["index", w["vectors"], "--param", "query_batch=-5", "--output", t / "OUT"],
-     "query_batch"),
-    ("index-milvus-bad-param", lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "batch_size=bad",
-                                             "--output", t / "OUT"], "milvus parameter batch_size=bad"),
-    ("index-milvus-local-uri", lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "uri=./x.db",
-                                             "--output", t / "OUT"], "must be a Milvus server URL"),
-    ("index-pisa-bad-encoding", lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "encoding=zip",
-                                              "--output", t / "OUT"], "pisa parameter encoding=zip: must be one of block_simdbp"),
-    ("index-unknown-backend", lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
-     "unknown backend"),
-    ("index-max-active-dims-negative", lambda t, w: ["index", w["vectors"], "--max-active-dims", "-2", "--output", t / "OUT"],
-     "max_active_dims must be a whole number >= 1, got -2"),
+    (
+        "index-empty-npz",
+        lambda t, w: [
+            "index",
+            damaged_copy(w["vectors"], t / "bad", lambda f: (f / "vectors.npz").write_bytes(b"")),
+            "--output",
+            t / "OUT",
+        ],
+        "vectors.npz",
+    ),
+    (
+        "index-negative-param",
+        lambda t, w: ["index", w["vectors"], "--param", "query_batch=-5", "--output", t / "OUT"],
+        "query_batch",
+    ),
+    (
+        "index-milvus-bad-param",
+        lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "batch_size=bad", "--output", t / "OUT"],
+        "milvus parameter batch_size=bad",
+    ),
+    (
+        "index-milvus-local-uri",
+        lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "uri=./x.db", "--output", t / "OUT"],
+        "must be a Milvus server URL",
+    ),
+    (
+        "index-pisa-bad-encoding",
+        lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "encoding=zip", "--output", t / "OUT"],
+        "pisa parameter encoding=zip: must be one of block_simdbp",
+    ),
+    (
+        "index-unknown-backend",
+        lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
+        "unknown backend",
+    ),
+    (
+        "index-max-active-dims-negative",
+        lambda t, w: ["index", w["vectors"], "--max-active-dims", "-2", "--output", t / "OUT"],
+        "max_active_dims must be a whole number >= 1, got -2",
+    ),
     # search
-    ("search-not-an-index", lambda t, w: ["search", w["vectors"], "--query-vectors", w["vectors"], "--output", t / "OUT.trec"],
-     "not a spladekit index folder"),
-    ("search-vectors-not-a-folder", lambda t, w: ["search", w["vectors"], "--query-vectors", w["triplets"],
-                                                  "--output", t / "OUT.trec"], ""),
+    (
+        "search-not-an-index",
+        lambda t, w: ["search", w["vectors"], "--query-vectors", w["vectors"], "--output", t / "OUT.trec"],
+        "not a spladekit index folder",
+    ),
+    (
+        "search-vectors-not-a-folder",
+        lambda t, w: ["search", w["vectors"], "--query-vectors", w["triplets"], "--output", t / "OUT.trec"],
+        "",
+    ),
     # evaluate
-    ("evaluate-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--output", t / "OUT.json"],
-     "no such collection folder"),
-    ("evaluate-dry-run-with-output", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run",
-                                                   "--output", t / "OUT.json"], "--dry-run writes nothing"),
-    ("evaluate-dry-run-missing-data", lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--dry-run"],
-     "no such collection folder"),
-    ("evaluate-missing-split", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev",
-                                             "--output", t / "OUT.json"], "no split 'dev'"),
-    ("evaluate-bad-qrels", lambda t, w: ["evaluate", w["model"], "--data", damaged_copy(
-        w["beir"], t / "bad", lambda f: write(f / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n")),
-        "--output", t / "OUT.json"], "test.tsv:2:"),
-    ("evaluate-bad-param", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--param", "query_batch=abc",
-                                         "--output", t / "OUT.json"], "query_batch"),
-    ("evaluate-max-active-dims-zero", lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--max-active-dims", "0",
-                                                    "--output", t / "OUT.json"], "max_active_dims"),
+    (
+        "evaluate-missing-data",
+        lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--output", t / "OUT.json"],
+        "no such collection folder",
+    ),
+    (
+        "evaluate-dry-run-with-output",
+        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run", "--output", t / "OUT.json"],
+        "--dry-run writes nothing",
+    ),
+    (
+        "evaluate-dry-run-missing-data",
+        lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--dry-run"],
+        "no such collection folder",
+    ),
+    (
+        "evaluate-missing-split",
+        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev", "--output", t / "OUT.json"],
+        "no split 'dev'",
+    ),
+    (
+        "evaluate-bad-qrels",
+        lambda t, w: [
+            "evaluate",
+            w["model"],
+            "--data",
+            damaged_copy(
+                w["beir"], t / "bad", lambda f: write(f / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n")
+            ),
+            "--output",
+            t / "OUT.json",
+        ],
+        "test.tsv:2:",
+    ),
+    (
+        "evaluate-bad-param",
+        lambda t, w: [
+            "evaluate",
+            w["model"],
+            "--data",
+            w["beir"],
+            "--param",
+            "query_batch=abc",
+            "--output",
+            t / "OUT.json",
+        ],
+        "query_batch",
+    ),
+    (
+        "evaluate-max-active-dims-zero",
+        lambda t, w: [
+            "evaluate",
+            w["model"],
+            "--data",
+            w["beir"],
+            "--max-active-dims",
+            "0",
+            "--output",
+            t / "OUT.json",
+        ],
+        "max_active_dims",
+    ),
     # train
-    ("train-yaml-syntax", lambda t, w: ["train", write(t / "bad" / "c.yaml", "backbone: [unclosed\n"), "--output", t / "OUT"],
-     "c.yaml:"),
-    ("train-unknown-device", lambda t, w: ["train", w["train"], "--device", "tpu9", "--output", t / "OUT"],
-     "unknown device 'tpu9'"),
-    ("train-unknown-key", lambda t, w: ["train", w["train"], "--set", "optimization.lr_rate=1", "--output", t / "OUT"],
-     "did you mean"),
-    ("train-negative-grad-norm", lambda t, w: ["train", w["train"], "--set", "optimization.max_grad_norm=-1",
-                                               "--output", t / "OUT"], "max_grad_norm"),
-    ("train-nan-lambda", lambda t, w: ["train", w["train"], "--set", "regularizer.lambda_q=.nan", "--output", t / "OUT"],
-     "lambda_q"),
-    ("train-top-level-list", lambda t, w: ["train", write(t / "bad" / "c.yaml", "- a\n- b\n"), "--output", t / "OUT"],
-     "c.yaml"),
-    ("train-malformed-set", lambda t, w: ["train", w["train"], "--set", "optimization.steps", "--output", t / "OUT"],
-     "section.key=value"),
-    ("train-missing-data", lambda t, w: ["train", w["train"], "--set", f"data.path={t / 'nope.tsv'}", "--output", t / "OUT"],
-     "nope.tsv"),
+    (
+        "train-yaml-syntax",
+        lambda t, w: ["train", write(t / "bad" / "c.yaml", "backbone: [unclosed\n"), "--output", t / "OUT"],
+        "c.yaml:",
+    ),
+    (
+        "train-unknown-device",
+        lambda t, w: ["train", w["train"], "--device", "tpu9", "--output", t / "OUT"],
+        "unknown device 'tpu9'",
+    ),
+    (
+        "train-unknown-key",
+        lambda t, w: ["train", w["train"], "--set", "optimization.lr_rate=1", "--output", t / "OUT"],
+        "did you mean",
+    ),
+    (
+        "train-negative-grad-norm",
+        lambda t, w: ["train", w["train"], "--set", "optimization.max_grad_norm=-1", "--output", t / "OUT"],
+        "max_grad_norm",
+    ),
+    (
+        "train-nan-lambda",
+        lambda t, w: ["train", w["train"], "--set", "regularizer.lambda_q=.nan", "--output", t / "OUT"],
+        "lambda_q",
+    ),
+    (
+        "train-top-level-list",
+        lambda t, w: ["train", write(t / "bad" / "c.yaml", "- a\n- b\n"), "--output", t / "OUT"],
+        "c.yaml",
+    ),
+    (
+        "train-malformed-set",
+        lambda t, w: ["train", w["train"], "--set", "optimization.steps", "--output", t / "OUT"],
+        "section.key=value",
+    ),
+    (
+        "train-missing-data",
+        lambda t, w: ["train", w["train"], "--set", f"data.path={t / 'nope.tsv'}", "--output", t / "OUT"],
+        "nope.tsv",
+    ),
     # sweep and report
-    ("sweep-dotdot-name", lambda t, w: ["sweep", sweep_file(t, w, backbones=[{"name": "..", "id": str(w["model"])}]),
-                                        "--output", t / "OUT"], ".."),
+    (
+        "sweep-dotdot-name",
+        lambda t, w: [
+            "sweep",
+            sweep_file(t, w, backbones=[{"name": "..", "id": str(w["model"])}]),
+            "--output",
+            t / "OUT",
+        ],
+        "..",
+    ),
     ("sweep-k-zero", lambda t, w: ["sweep", sweep_file(t, w, k=[0]), "--output", t / "OUT"], "k must be a positive"),
     ("report-not-a-sweep", lambda t, w: ["report", w["beir"]], "not a sweep folder"),
     ("report-garbage-run-json", lambda t, w: ["report", bad_sweep_folder(t, "{not json")], "run.json"),
     # export
-    ("export-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "opensearch", "--output", t / "OUT"],
-     "no such vectors folder"),
+    (
+        "export-missing-vectors",
+        lambda t, w: ["export", t / "nope", "--format", "opensearch", "--output", t / "OUT"],
+        "no such vectors folder",
+    ),
     ("export-st-without-output", lambda t, w: ["export", w["model"], "--format", "sentence-transformers"], "--output"),
-    ("export-ciff-missing-vectors", lambda t, w: ["export", t / "nope", "--format", "ciff", "--output", t / "OUT.ciff"],
-     "no such vectors folder"),
-    ("export-ciff-zero-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
-                                             "--quantization-scale", "0"], "quantization scale"),
-    ("export-ciff-nan-scale", lambda t, w: ["export", w["vectors"], "--format", "ciff", "--output", t / "OUT.ciff",
-                                            "--quantization-scale", "nan"], "quantization scale"),
+    (
+        "export-ciff-missing-vectors",
+        lambda t, w: ["export", t / "nope", "--format", "ciff", "--output", t / "OUT.ciff"],
+        "no such vectors folder",
+    ),
+    (
+        "export-ciff-zero-scale",
+        lambda t, w: [
+            "export",
+            w["vectors"],
+            "--format",
+            "ciff",
+            "--output",
+            t / "OUT.ciff",
+            "--quantization-scale",
+            "0",
+        ],
+        "quantization scale",
+    ),
+    (
+        "export-ciff-nan-scale",
+        lambda t, w: [
+            "export",
+            w["vectors"],
+            "--format",
+            "ciff",
+            "--output",
+            t / "OUT.ciff",
+            "--quantization-scale",
+            "nan",
+        ],
+        "quantization scale",
+    ),
     # explain
-    ("explain-missing-model", lambda t, w: ["explain", t / "nope" / "model", "a query", "--output", t / "OUT.json"],
-     "no such model folder"),
-    ("explain-empty-text", lambda t, w: ["explain", w["model"], "a query", "  ", "--output", t / "OUT.json"],
-     "document is empty"),
-    ("explain-top-zero", lambda t, w: ["explain", w["model"], "a query", "--top", "0", "--html", t / "OUT.html"],
-     "--top"),
-    ("explain-html-exists", lambda t, w: ["explain", w["model"], "a query", "--output", t / "OUT.json",
-                                          "--html", write(t / "page.html", "keep")], "already exists"),
-    ("explain-unknown-doc-id", lambda t, w: ["explain", w["model"], "a query", "--corpus", w["beir"] / "corpus.jsonl",
-                                             "--doc-id", "nope", "--output", t / "OUT.json"], "no document with id 'nope'"),
+    (
+        "explain-missing-model",
+        lambda t, w: ["explain", t / "nope" / "model", "a query", "--output", t / "OUT.json"],
+        "no such model folder",
+    ),
+    (
+        "explain-empty-text",
+        lambda t, w: ["explain", w["model"], "a query", "  ", "--output", t / "OUT.json"],
+        "document is empty",
+    ),
+    (
+        "explain-top-zero",
+        lambda t, w: ["explain", w["model"], "a query", "--top", "0", "--html", t / "OUT.html"],
+        "--top",
+    ),
+    (
+        "explain-html-exists",
+        lambda t, w: [
+            "explain",
+            w["model"],
+            "a query",
+            "--output",
+            t / "OUT.json",
+            "--html",
+            write(t / "page.html", "keep"),
+        ],
+        "already exists",
+    ),
+    (
+        "explain-unknown-doc-id",
+        lambda t, w: [
+            "explain",
+            w["model"],
+            "a query",
+            "--corpus",
+            w["beir"] / "corpus.jsonl",
+            "--doc-id",
+            "nope",
+            "--output",
+            t / "OUT.json",
+        ],
+        "no document with id 'nope'",
+    ),
     ("explain-three-texts", lambda t, w: ["explain", w["model"], "a", "b", "c", "--output", t / "OUT.json"], "3 texts"),
     # mine
-    ("mine-no-train-split", lambda t, w: ["mine", w["beir"], "--output", t / "OUT.tsv"], "no split 'train'; available: test"),
-    ("mine-qrels-unknown-document", lambda t, w: ["mine", damaged_copy(
-        w["beir"], t / "bad", lambda f: write(f / "qrels" / "train.tsv", "query-id\tcorpus-id\tscore\nq1\tghost\t1\n")),
-        "--output", t / "OUT.tsv"], "train.tsv:2: judgment of query 'q1' names document 'ghost'"),
+    (
+        "mine-no-train-split",
+        lambda t, w: ["mine", w["beir"], "--output", t / "OUT.tsv"],
+        "no split 'train'; available: test",
+    ),
+    (
+        "mine-qrels-unknown-document",
+        lambda t, w: [
+            "mine",
+            damaged_copy(
+                w["beir"],
+                t / "bad",
+                lambda f: write(f / "qrels" / "train.tsv", "query-id\tcorpus-id\tscore\nq1\tghost\t1\n"),
+            ),
+            "--output",
+            t / "OUT.tsv",
+        ],
+        "train.tsv:2: judgment of query 'q1' names document 'ghost'",
+    ),
     ("mine-unknown-id", lambda t, w: ["mine", "no-such/collection", "--output", t / "OUT.tsv"], "not a folder"),
-    ("mine-bad-rank-range", lambda t, w: ["mine", w["beir"], "--rank-range", "0:10", "--output", t / "OUT.tsv"],
-     "1 <= A <= B"),
+    (
+        "mine-bad-rank-range",
+        lambda t, w: ["mine", w["beir"], "--rank-range", "0:10", "--output", t / "OUT.tsv"],
+        "1 <= A <= B",
+    ),
     # quickstart
-    ("quickstart-missing-triplets", lambda t, w: ["quickstart", "--backbone", w["model"], "--train-data", w["beir"], "--steps", "1",
-                                                  "--output", t / "OUT"], "no split 'train'"),
-    ("quickstart-offline-unknown-model-id", lambda t, w: ["quickstart", "--backbone", "nobody-spladekit/no-such-model",
-                                                          "--train-data", w["beir"], "--triplets", w["triplets"], "--steps", "1",
-                                                          "--output", t / "OUT"], "not in the Hugging Face cache"),
-    ("quickstart-unknown-data-id", lambda t, w: ["quickstart", "--backbone", w["model"], "--train-data", "nobody/no-such-data",
-                                                 "--triplets", w["triplets"], "--steps", "1", "--output", t / "OUT"],
-     "not a folder, a suite or an ir_datasets id"),
-    ("quickstart-unknown-eval-data-id", lambda t, w: ["quickstart", "--backbone", w["model"], "--train-data", w["beir"],
-                                                      "--eval-data", "nobody/no-such-data", "--triplets", w["triplets"],
-                                                      "--steps", "1", "--output", t / "OUT"],
-     "'nobody/no-such-data' is not a folder, a suite or an ir_datasets id"),
+    (
+        "quickstart-missing-triplets",
+        lambda t, w: [
+            "quickstart",
+            "--backbone",
+            w["model"],
+            "--train-data",
+            w["beir"],
+            "--steps",
+            "1",
+            "--output",
+            t / "OUT",
+        ],
+        "no split 'train'",
+    ),
+    (
+        "quickstart-offline-unknown-model-id",
+        lambda t, w: [
+            "quickstart",
+            "--backbone",
+            "nobody-spladekit/no-such-model",
+            "--train-data",
+            w["beir"],
+            "--triplets",
+            w["triplets"],
+            "--steps",
+            "1",
+            "--output",
+            t / "OUT",
+        ],
+        "not in the Hugging Face cache",
+    ),
+    (
+        "quickstart-unknown-data-id",
+        lambda t, w: [
+            "quickstart",
+            "--backbone",
+            w["model"],
+            "--train-data",
+            "nobody/no-such-data",
+            "--triplets",
+            w["triplets"],
+            "--steps",
+            "1",
+            "--output",
+            t / "OUT",
+        ],
+        "not a folder, a suite or an ir_datasets id",
+    ),
+    (
+        "quickstart-unknown-eval-data-id",
+        lambda t, w: [
+            "quickstart",
+            "--backbone",
+            w["model"],
+            "--train-data",
+            w["beir"],
+            "--eval-data",
+            "nobody/no-such-data",
+            "--triplets",
+            w["triplets"],
+            "--steps",
+            "1",
+            "--output",
+            t / "OUT",
+        ],
+        "'nobody/no-such-data' is not a folder, a suite or an ir_datasets id",
+    ),
 ]
 
 
@@ -259,8 +711,12 @@ def run_cli(arguments: list, capsys, monkeypatch) -> tuple[int, str]:
     return exit_info.value.code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arguments, expected", [pytest.param(build, expected, id=name) for name, build, expected in CASES])
-def test_bad_input_is_one_error_line_exit_2_and_nothing_written(arguments, expected, world, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "arguments, expected", [pytest.param(build, expected, id=name) for name, build, expected in CASES]
+)
+def test_bad_input_is_one_error_line_exit_2_and_nothing_written(
+    arguments, expected, world, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     from huggingface_hub import constants  # read on each use: HF_HUB_OFFLINE=1 and an empty cache, in process
@@ -274,7 +730,9 @@ def test_bad_input_is_one_error_line_exit_2_and_nothing_written(arguments, expec
     assert "Traceback" not in err
     assert len([line for line in lines if line.startswith("error: ")]) == 1, err
     assert expected in err
-    created = {path for path in tmp_path.rglob("*") if path not in before and not path.is_relative_to(tmp_path / "cache")}
+    created = {
+        path for path in tmp_path.rglob("*") if path not in before and not path.is_relative_to(tmp_path / "cache")
+    }
     assert not [path for path in created if "OUT" in path.name or path.name.startswith(".OUT")], created
 
 

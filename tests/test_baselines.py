@@ -17,8 +17,9 @@ def test_bm25_ranks_the_document_sharing_the_rare_terms_first(tmp_path):
     collection = load_collection(write_beir(tmp_path / "c"))
     result = evaluate_bm25(collection, k=10, run_path=tmp_path / "bm25.trec")
     assert set(result.per_query["nDCG@10"]) == set(collection.qrels)
-    assert result.metrics["nDCG@10"] == pytest.approx(sum(result.per_query["nDCG@10"].values())
-                                                      / len(result.per_query["nDCG@10"]))
+    assert result.metrics["nDCG@10"] == pytest.approx(
+        sum(result.per_query["nDCG@10"].values()) / len(result.per_query["nDCG@10"])
+    )
     lines = (tmp_path / "bm25.trec").read_text().splitlines()
     assert lines and all(line.split()[5] == "spladekit-bm25" for line in lines)
     assert all(float(line.split()[4]) > 0 for line in lines)  # documents sharing no term are not retrieved

@@ -19,8 +19,11 @@ from spladekit.vectors.artifact import Vectors
 @pytest.fixture
 def corpus(tmp_path):
     path = tmp_path / "corpus.jsonl"
-    lines = [{"_id": "d1", "title": "France", "text": "paris is the capital"}, {"_id": "d2", "text": "a cat sat"},
-             {"_id": "d3", "text": "vitamin d and bone pain"}]
+    lines = [
+        {"_id": "d1", "title": "France", "text": "paris is the capital"},
+        {"_id": "d2", "text": "a cat sat"},
+        {"_id": "d3", "text": "vitamin d and bone pain"},
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
 
@@ -48,7 +51,9 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus, cli):
     loaded = Vectors.load(vectors_dir)
     vectors = loaded.matrix
     assert loaded.ids == ["d1", "d2", "d3"] and vectors.shape == (3, encoder.vocab_size)
-    expected = encoder.encode(["France paris is the capital", "a cat sat", "vitamin d and bone pain"], show_progress=False)
+    expected = encoder.encode(
+        ["France paris is the capital", "a cat sat", "vitamin d and bone pain"], show_progress=False
+    )
     assert abs(vectors - expected).max() < 1e-5
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers
 
@@ -70,9 +75,15 @@ def test_rescale_auto_mode(arch, expected, tiny_model_dirs, tmp_path, cli):
         ('{"_id": "a", "text": "x"}\n{oops\n', "corpus.jsonl:2: not valid JSON"),
         ('{"_id": "a", "text": "x"}\n{"_id": "a", "text": "y"}\n', "corpus.jsonl:2: duplicate id"),
         ("", "corpus.jsonl: empty corpus"),
-        ('{"_id": "a", "text": "x"}\n{"_id": "b c", "text": "y"}\n', "corpus.jsonl:2: field '_id' 'b c' contains whitespace"),
+        (
+            '{"_id": "a", "text": "x"}\n{"_id": "b c", "text": "y"}\n',
+            "corpus.jsonl:2: field '_id' 'b c' contains whitespace",
+        ),
         ('{"_id": "a\\tb", "text": "x"}\n', "corpus.jsonl:1: field '_id' 'a\\tb' contains whitespace"),
-        ('{"_id": "a", "text": "x"}\n\n{"_id": "b\\nc", "text": "y"}\n', "corpus.jsonl:3: field '_id' 'b\\nc' contains whitespace"),
+        (
+            '{"_id": "a", "text": "x"}\n\n{"_id": "b\\nc", "text": "y"}\n',
+            "corpus.jsonl:3: field '_id' 'b\\nc' contains whitespace",
+        ),
     ],
 )
 def test_encode_bad_corpus_is_one_line_and_leaves_nothing(tiny_model_dirs, tmp_path, content, needle, cli):
@@ -140,8 +151,12 @@ def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respecte
     result = cli("diagnose", model, "--output", report)
     assert result.returncode == 2 and "already exists" in result.stderr and "--overwrite" in result.stderr
     assert report.read_text() == "keep"
-    result = subprocess.run([sys.executable, "-m", "spladekit", "diagnose", str(model), "--output", str(report),
-                             "--overwrite"], capture_output=True, text=True, preexec_fn=lambda: os.umask(0o002))
+    result = subprocess.run(
+        [sys.executable, "-m", "spladekit", "diagnose", str(model), "--output", str(report), "--overwrite"],
+        capture_output=True,
+        text=True,
+        preexec_fn=lambda: os.umask(0o002),
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(report.read_text())["architecture"] == "BertForMaskedLM"
     assert stat.S_IMODE(report.stat().st_mode) == 0o664  # not mkstemp's 0600
@@ -189,7 +204,8 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
     from spladekit.common.sparse import keep_top_weights
 
     model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=4).save(
-        tmp_path / "model")
+        tmp_path / "model"
+    )
     encoder = SparseEncoder.from_pretrained(model)
     texts = ["France paris is the capital", "a cat sat", "vitamin d and bone pain"]
 
@@ -198,19 +214,34 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
     documents = Vectors.load(tmp_path / "documents")
     assert documents.meta["side"] == "document" and documents.meta["max_length"] == 64
     assert documents.meta["max_active_dims"] is None
-    np.testing.assert_allclose(documents.matrix.toarray(), encoder.encode_document(texts, show_progress=False).toarray(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        documents.matrix.toarray(), encoder.encode_document(texts, show_progress=False).toarray(), atol=1e-6
+    )
 
     done = cli("encode", model, "--corpus", corpus, "--side", "query", "--output", tmp_path / "queries")
     assert done.returncode == 0, done.stderr
     queries = Vectors.load(tmp_path / "queries")
     assert queries.meta["side"] == "query" and queries.meta["max_length"] == 4  # the model's query limit
-    np.testing.assert_allclose(queries.matrix.toarray(), encoder.encode(texts, max_length=4, show_progress=False).toarray(),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        queries.matrix.toarray(), encoder.encode(texts, max_length=4, show_progress=False).toarray(), atol=1e-6
+    )
     assert (queries.matrix != documents.matrix).nnz > 0
 
-    done = cli("encode", model, "--corpus", corpus, "--side", "query", "--max-length", 16, "--max-active-dims", 2,
-               "--output", tmp_path / "pruned", "--json")
+    done = cli(
+        "encode",
+        model,
+        "--corpus",
+        corpus,
+        "--side",
+        "query",
+        "--max-length",
+        16,
+        "--max-active-dims",
+        2,
+        "--output",
+        tmp_path / "pruned",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     pruned = Vectors.load(tmp_path / "pruned")
     assert pruned.meta["max_length"] == 16 and pruned.meta["max_active_dims"] == 2
@@ -218,8 +249,10 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
     expected = keep_top_weights(encoder.encode(texts, max_length=16, show_progress=False), 2)
     np.testing.assert_allclose(pruned.matrix.toarray(), expected.toarray(), atol=1e-6)
 
-    for bad, message in ((["--side", "passage"], "unknown side 'passage'; choose one of query, document"),
-                         (["--max-active-dims", 0], "max_active_dims must be a whole number >= 1, got 0")):
+    for bad, message in (
+        (["--side", "passage"], "unknown side 'passage'; choose one of query, document"),
+        (["--max-active-dims", 0], "max_active_dims must be a whole number >= 1, got 0"),
+    ):
         done = cli("encode", model, "--corpus", corpus, *bad, "--output", tmp_path / "bad")
         assert done.returncode == 2 and done.stderr.strip() == f"error: {message}", done.stderr
         assert not (tmp_path / "bad").exists()

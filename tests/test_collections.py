@@ -82,18 +82,21 @@ def test_hf_parquet_folder_like_a_downloaded_nanobeir_repo(tmp_path):
 
 @pytest.mark.parametrize("scores", [[1.0, 2.0, 0.0], ["1", "2", "0"]], ids=["float", "string"])
 def test_hf_integral_grades_are_read(tmp_path, scores):
-    folder = write_hf_parquet(tmp_path / "hf", {"query-id": ["q1", "q3", "q1"], "corpus-id": ["d1", "d5", "d2"],
-                                                "score": scores})
+    folder = write_hf_parquet(
+        tmp_path / "hf", {"query-id": ["q1", "q3", "q1"], "corpus-id": ["d1", "d5", "d2"], "score": scores}
+    )
     assert load_collection(folder).qrels == {"q1": {"d1": 1, "d2": 0}, "q3": {"d5": 2}}
 
 
 def test_hf_fractional_grade_and_duplicate_judgment_are_refused(tmp_path):
-    fractional = write_hf_parquet(tmp_path / "fractional", {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"],
-                                                            "score": [1.0, 0.5]})
+    fractional = write_hf_parquet(
+        tmp_path / "fractional", {"query-id": ["q1", "q2"], "corpus-id": ["d1", "d3"], "score": [1.0, 0.5]}
+    )
     with pytest.raises(InputError, match=r"fractional \[qrels\]:2: relevance must be an integer, got 0\.5"):
         load_collection(fractional)
-    duplicate = write_hf_parquet(tmp_path / "duplicate", {"query-id": ["q1", "q2", "q1"],
-                                                          "corpus-id": ["d1", "d3", "d1"], "score": [1, 1, 0]})
+    duplicate = write_hf_parquet(
+        tmp_path / "duplicate", {"query-id": ["q1", "q2", "q1"], "corpus-id": ["d1", "d3", "d1"], "score": [1, 1, 0]}
+    )
     with pytest.raises(InputError, match=r"duplicate \[qrels\]:3: duplicate judgment for query 'q1', document 'd1'"):
         load_collection(duplicate)
 
@@ -103,12 +106,21 @@ def fake_ir_dataset(monkeypatch, relevances=(1,), doc_ids=("d1", "d2")):
     d2, d1… for q1 with ``relevances``. Returns the list of ids that ``ir_datasets.load`` is called with."""
     import ir_datasets
 
-    Doc = lambda i, title, text: SimpleNamespace(doc_id=i, title=title, text=text,  # noqa: E731
-                                                 default_text=lambda: f"{title} {text}".strip())
-    judgments = [SimpleNamespace(query_id="q1", doc_id=doc, relevance=relevance, iteration="0")
-                 for doc, relevance in zip(("d2", "d1"), relevances)]
+    Doc = lambda i, title, text: SimpleNamespace(  # noqa: E731
+        doc_id=i,
+        title=title,
+        text=text,
+        default_text=lambda: f"{title} {text}".strip(),
+    )
+    judgments = [
+        SimpleNamespace(query_id="q1", doc_id=doc, relevance=relevance, iteration="0")
+        for doc, relevance in zip(("d2", "d1"), relevances)
+    ]
     dataset = SimpleNamespace(
-        has_docs=lambda: True, has_queries=lambda: True, has_qrels=lambda: True, docs_count=lambda: 2,
+        has_docs=lambda: True,
+        has_queries=lambda: True,
+        has_qrels=lambda: True,
+        docs_count=lambda: 2,
         docs_iter=lambda: iter([Doc(doc_ids[0], "T", "one"), Doc(doc_ids[1], "", "two")]),
         queries_iter=lambda: iter([SimpleNamespace(query_id="q1", text="first")]),
         qrels_iter=lambda: iter(judgments),
@@ -175,8 +187,11 @@ def test_hf_and_ir_datasets_ids_with_whitespace_are_refused(tmp_path, monkeypatc
 
 
 def test_run_write_refuses_ids_a_trec_line_cannot_carry(tmp_path):
-    for scores, what in [({"q 1": {"d1": 1.0}}, "query id 'q 1'"), ({"q1": {"d\n1": 1.0}}, "document id 'd\\n1'"),
-                         ({"q1": {"": 1.0}}, "document id is empty")]:
+    for scores, what in [
+        ({"q 1": {"d1": 1.0}}, "query id 'q 1'"),
+        ({"q1": {"d\n1": 1.0}}, "document id 'd\\n1'"),
+        ({"q1": {"": 1.0}}, "document id is empty"),
+    ]:
         with pytest.raises(SpladekitError, match=re.escape(what)):
             Run(scores).write(tmp_path / "run.trec")
         assert not (tmp_path / "run.trec").exists()
@@ -218,8 +233,9 @@ SELF_HIT_FREE = Collection("stand-in", Corpus([], []), Corpus([], []), {})
 
 def test_hf_id_dispatch(monkeypatch):
     seen = []
-    monkeypatch.setattr(collections_module, "load_hf_dataset",
-                        lambda source, name=None: seen.append(source) or SELF_HIT_FREE)
+    monkeypatch.setattr(
+        collections_module, "load_hf_dataset", lambda source, name=None: seen.append(source) or SELF_HIT_FREE
+    )
     assert load_collection("zeta-alpha-ai/NanoSciFact").drop_self_hits is False
     assert seen == ["zeta-alpha-ai/NanoSciFact"]
     assert load_collection("zeta-alpha-ai/NanoArguAna").drop_self_hits is True

@@ -50,8 +50,9 @@ def corpus(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("text, selection", [(None, ShardSelection(0, 1)), ("0/1", ShardSelection(0, 1)),
-                                             ("1/3", ShardSelection(1, 3))])
+@pytest.mark.parametrize(
+    "text, selection", [(None, ShardSelection(0, 1)), ("0/1", ShardSelection(0, 1)), ("1/3", ShardSelection(1, 3))]
+)
 def test_parse_shard(text, selection):
     assert parse_shard(text) == selection
 
@@ -69,8 +70,19 @@ def test_selection_splits_shards_round_robin():
 @pytest.mark.slow
 def test_kill_9_mid_shard_then_resume_equals_an_uninterrupted_run(tiny_model_dirs, corpus, tmp_path, cli):
     model, folder = tiny_model_dirs["bert"], tmp_path / "vectors"
-    command = [sys.executable, "-c", SLOW_SECOND_SHARD, "encode", str(model), "--corpus", str(corpus), "--output",
-               str(folder), "--shard-size", "4"]
+    command = [
+        sys.executable,
+        "-c",
+        SLOW_SECOND_SHARD,
+        "encode",
+        str(model),
+        "--corpus",
+        str(corpus),
+        "--output",
+        str(folder),
+        "--shard-size",
+        "4",
+    ]
     process = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert process.stdout is not None
@@ -104,9 +116,25 @@ def test_kill_9_mid_shard_then_resume_equals_an_uninterrupted_run(tiny_model_dir
 @pytest.mark.slow
 def test_two_torchrun_ranks_equal_one_process(tiny_model_dirs, corpus, tmp_path, cli):
     model = tiny_model_dirs["bert"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-               "spladekit", "encode", str(model), "--corpus", str(corpus), "--output", str(tmp_path / "ranks"),
-               "--shard-size", "3", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "spladekit",
+        "encode",
+        str(model),
+        "--corpus",
+        str(corpus),
+        "--output",
+        str(tmp_path / "ranks"),
+        "--shard-size",
+        "3",
+        "--json",
+    ]
     result = subprocess.run(command, env=_env(), capture_output=True, text=True, check=False, timeout=600)
     if result.returncode != 0 and ("init_process_group" in result.stderr or "rendezvous" in result.stderr.lower()):
         pytest.skip(f"torchrun could not start two gloo processes here: {result.stderr.strip().splitlines()[-1]}")
@@ -140,8 +168,21 @@ def test_real_model_two_torchrun_ranks_equal_one_process_on_cranfield(tmp_path, 
 
     model, corpus = shared_path("models", "splade-tiny-msmarco"), shared_path("data", "cranfield")
     options = ["--corpus", str(corpus), "--shard-size", "300", "--max-length", "128"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-               "spladekit", "encode", str(model), "--output", str(tmp_path / "ranks"), *options]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "spladekit",
+        "encode",
+        str(model),
+        "--output",
+        str(tmp_path / "ranks"),
+        *options,
+    ]
     result = subprocess.run(command, env=_env(), capture_output=True, text=True, check=False, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     done = cli("encode", model, "--output", tmp_path / "one", *options)

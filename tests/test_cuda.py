@@ -18,7 +18,7 @@ tiny_bert, triplets_file = TINY_BERT, TRIPLETS
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason=f"CUDA is not available (torch {torch.__version__}, CUDA build {torch.version.cuda}): the GPU path "
-           "runs only on a machine with a GPU",
+    "runs only on a machine with a GPU",
 )
 
 
@@ -57,8 +57,11 @@ def test_the_bf16_screen_is_sound_and_exact_on_cuda():
 
 @pytest.mark.parametrize("bf16", [False, True])
 def test_training_runs_on_cuda(bf16, tiny_bert, triplets_file, tmp_path):
-    config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 2, "batch_size": 4, "lr": 1e-3,
-                                                                 "warmup_steps": 1, "bf16": bf16})
+    config = tiny_config(
+        tiny_bert,
+        triplets_file,
+        optimization={"steps": 2, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1, "bf16": bf16},
+    )
     run = train(config, tmp_path / "run", device="cuda")
     trained = SparseEncoder.from_pretrained(run.output / "model")
     initial = SparseEncoder.from_pretrained(tiny_bert)

@@ -76,8 +76,11 @@ def test_triplets(tmp_path):
         read_triplets(write(tmp_path, "empty.tsv", "q\t \tneg\n"))
 
 
-@pytest.mark.parametrize("bad_id", ["a b", "a\tb", "a\nb", "a\u00a0b", " a", "a\r"],
-                         ids=["space", "tab", "newline", "nbsp", "leading-space", "carriage-return"])
+@pytest.mark.parametrize(
+    "bad_id",
+    ["a b", "a\tb", "a\nb", "a\u00a0b", " a", "a\r"],
+    ids=["space", "tab", "newline", "nbsp", "leading-space", "carriage-return"],
+)
 def test_ids_a_trec_line_cannot_carry_are_refused_with_file_and_line(tmp_path, bad_id):
     path = write(tmp_path, "c.jsonl", '{"_id": "ok", "text": "x"}\n' + json.dumps({"_id": bad_id, "text": "y"}) + "\n")
     with pytest.raises(InputError, match="contains whitespace, which a TREC run or qrels line cannot carry") as error:

@@ -58,11 +58,14 @@ def test_a_64_bit_hash_collision_is_not_a_duplicate(tmp_path, monkeypatch):
         scan_corpus(path)
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"_id": "a"}\n', "c.jsonl:1: missing field 'text'"),
-    ('{"_id": "a b", "text": "x"}\n', "c.jsonl:1: field '_id'"),
-    ("", "c.jsonl: empty corpus"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"_id": "a"}\n', "c.jsonl:1: missing field 'text'"),
+        ('{"_id": "a b", "text": "x"}\n', "c.jsonl:1: field '_id'"),
+        ("", "c.jsonl: empty corpus"),
+    ],
+)
 def test_record_rules_are_those_of_the_eager_reader(tmp_path, content, message):
     path = tmp_path / "c.jsonl"
     path.write_text(content)

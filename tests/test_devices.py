@@ -63,7 +63,15 @@ def test_autocast_runs_matmuls_in_bf16_only_when_enabled():
 def test_encode_and_train_refuse_an_unknown_device_before_any_work(tiny_model_dirs, tmp_path, cli):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"_id": "a", "text": "hello"}\n')
-    done = cli("encode", str(tiny_model_dirs["bert"]), "--corpus", str(corpus), "--output", str(tmp_path / "out"),
-               "--device", "banana")
+    done = cli(
+        "encode",
+        str(tiny_model_dirs["bert"]),
+        "--corpus",
+        str(corpus),
+        "--output",
+        str(tmp_path / "out"),
+        "--device",
+        "banana",
+    )
     assert done.returncode == 2 and "unknown device 'banana'" in done.stderr
     assert not (tmp_path / "out").exists()

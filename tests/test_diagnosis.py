@@ -10,8 +10,19 @@ from spladekit.model.backbone import vocab_projection
 from spladekit.model.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
 from tiny_models import ARCHITECTURES, build_tiny_model
 
-DIAGNOSE_KEYS = {"architecture", "vocab_size", "hidden_size", "head_param", "tied", "frobenius_norm",
-                 "mean_row_norm", "max_row_norm", "bias_mean", "recommended_k", "recommended_mode"}
+DIAGNOSE_KEYS = {
+    "architecture",
+    "vocab_size",
+    "hidden_size",
+    "head_param",
+    "tied",
+    "frobenius_norm",
+    "mean_row_norm",
+    "max_row_norm",
+    "bias_mean",
+    "recommended_k",
+    "recommended_mode",
+}
 
 
 def load(directory, arch, **kwargs):
@@ -63,7 +74,9 @@ def test_tied_candidates_are_scored_on_the_model_tied_rescaling_really_produces(
     for k in (4, 16):
         really = SparseEncoder.from_pretrained(folder)
         rescale(really.model, k, mode="tied")
-        assert tied.scores_by_k[str(k)] == pytest.approx(round(diagnose(really, mode="tied").median_pair_score, 4), abs=2e-4)
+        assert tied.scores_by_k[str(k)] == pytest.approx(
+            round(diagnose(really, mode="tied").median_pair_score, 4), abs=2e-4
+        )
         # the input embeddings shrink with the head: a head-only proxy scores a different model
         assert head_only.scores_by_k[str(k)] != pytest.approx(tied.scores_by_k[str(k)], rel=1e-3)
     assert (tied.k_scored_as, head_only.k_scored_as) == ("tied", "untie")

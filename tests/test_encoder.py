@@ -99,8 +99,9 @@ def test_encode_query_and_encode_document_differ_only_by_their_max_length(tiny_m
     np.testing.assert_array_equal(documents.toarray(), encoder.encode(texts, show_progress=False).toarray())
     assert (queries[0] != documents[0]).nnz > 0  # the long text is truncated on the query side only
     # an explicit max_length wins on either side: then both sides give the same vectors
-    np.testing.assert_array_equal(encoder.encode_query(texts, max_length=64, show_progress=False).toarray(),
-                                  documents.toarray())
+    np.testing.assert_array_equal(
+        encoder.encode_query(texts, max_length=64, show_progress=False).toarray(), documents.toarray()
+    )
     # a model that records no query limit encodes queries with its max length, as before the sides existed
     unrecorded = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64)
     assert unrecorded.query_max_length is None and unrecorded.side_max_length("query") == 64
@@ -144,14 +145,17 @@ def test_bad_max_active_dims_or_side_is_refused_before_encoding(tiny_model_dirs)
         encoder.side_max_length("passage")
 
 
-@pytest.mark.parametrize("metadata, message", [
-    ({"max_length": "abc"}, "'max_length' must be an integer, got 'abc'"),
-    ({"max_length": 0}, "'max_length' must be a positive integer"),
-    ({"query_max_length": "32"}, "'query_max_length' must be an integer, got '32'"),
-    ({"query_max_length": -1}, "'query_max_length' must be a positive integer"),
-    ({"backbone": ["a"]}, "'backbone' must be a string, got a JSON list"),
-    ([1, 2], "expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"max_length": "abc"}, "'max_length' must be an integer, got 'abc'"),
+        ({"max_length": 0}, "'max_length' must be a positive integer"),
+        ({"query_max_length": "32"}, "'query_max_length' must be an integer, got '32'"),
+        ({"query_max_length": -1}, "'query_max_length' must be a positive integer"),
+        ({"backbone": ["a"]}, "'backbone' must be a string, got a JSON list"),
+        ([1, 2], "expected a JSON object, got list"),
+    ],
+)
 def test_spladekit_json_of_the_wrong_type_is_an_error_naming_it(tiny_model_dirs, tmp_path, metadata, message):
     folder = Path(shutil.copytree(tiny_model_dirs["bert"], tmp_path / "model"))
     (folder / "spladekit.json").write_text(json.dumps(metadata))
@@ -159,12 +163,15 @@ def test_spladekit_json_of_the_wrong_type_is_an_error_naming_it(tiny_model_dirs,
         SparseEncoder.from_pretrained(folder)
 
 
-@pytest.mark.parametrize("record, message", [
-    ("tied", "'spladekit_rescale' must be a JSON object"),
-    ({"k": "x", "mode": "tied", "rescale_bias": False}, "k must be a positive finite number"),
-    ({"k": 2, "mode": "sideways", "rescale_bias": False}, "mode must be one of tied, untie"),
-    ({"k": 2, "mode": "tied", "rescale_bias": "no"}, "rescale_bias must be true or false"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ("tied", "'spladekit_rescale' must be a JSON object"),
+        ({"k": "x", "mode": "tied", "rescale_bias": False}, "k must be a positive finite number"),
+        ({"k": 2, "mode": "sideways", "rescale_bias": False}, "mode must be one of tied, untie"),
+        ({"k": 2, "mode": "tied", "rescale_bias": "no"}, "rescale_bias must be true or false"),
+    ],
+)
 def test_rescale_record_of_the_wrong_type_is_an_error_naming_config_json(tiny_model_dirs, tmp_path, record, message):
     folder = Path(shutil.copytree(tiny_model_dirs["bert"], tmp_path / "model"))
     config = json.loads((folder / "config.json").read_text())
@@ -192,7 +199,9 @@ def test_a_non_finite_vector_is_refused_naming_the_text(tiny_model_dirs, batch_s
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     poison_texts_with(encoder, "seine")  # only TEXTS[1] holds it; length sorting moves it first
-    with pytest.raises(NonFiniteVector, match=r"^text 1 \(id 'd1'\) encodes to a vector with NaN/inf weights") as caught:
+    with pytest.raises(
+        NonFiniteVector, match=r"^text 1 \(id 'd1'\) encodes to a vector with NaN/inf weights"
+    ) as caught:
         encoder.encode(TEXTS, batch_size=batch_size, show_progress=False, ids=[f"d{i}" for i in range(len(TEXTS))])
     assert caught.value.index == 1
     with pytest.raises(NonFiniteVector, match=r"^text 1 encodes"):
@@ -226,8 +235,7 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
     encoder.model.save_pretrained(damaged)  # bypasses SparseEncoder.save's check: a file damaged elsewhere
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
-    result = cli("encode", damaged, "--corpus", corpus,
-                             "--output", tmp_path / "vectors")
+    result = cli("encode", damaged, "--corpus", corpus, "--output", tmp_path / "vectors")
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]  # (a progress bar too)
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -250,8 +258,9 @@ def test_cli_encode_failing_after_a_complete_shard_keeps_it_for_resume(tiny_mode
     monkeypatch.setattr(SparseEncoder, "encode_document", fail_on_the_second_shard)
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))
-    result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "vectors",
-                 "--shard-size", "1")
+    result = cli(
+        "encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "vectors", "--shard-size", "1"
+    )
     assert result.returncode == 2 and "text 0 (id 'doc-1')" in result.stderr
     assert "1 complete shard(s) kept in" in result.stderr and "--resume" in result.stderr
     assert (tmp_path / "vectors" / "shards" / "00000" / "shard.json").is_file()

@@ -41,8 +41,6 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
 
 
-
-
 def test_flops_hand_computed():
     # queries: q0 = {0, 1}, q1 = {1}; documents: d0 = {1, 2}, d1 = {0, 1}, d2 = {2}
     queries = sp.csr_matrix(np.array([[0.5, 2.0, 0], [0, 1.0, 0]], dtype=np.float32))
@@ -54,13 +52,17 @@ def test_flops_hand_computed():
 def test_compute_metrics_equals_ir_measures(tmp_path):
     qrels_path, run_path = tmp_path / "qrels.txt", tmp_path / "run.txt"
     qrels_path.write_text("q1 0 d1 1\nq1 0 d2 2\nq2 0 d3 1\nq2 0 d1 0\nq3 0 d9 1\n")
-    run_path.write_text("q1 Q0 d2 1 3.0 t\nq1 Q0 d5 2 2.0 t\nq1 Q0 d1 3 1.0 t\n"
-                        "q2 Q0 d1 1 5.0 t\nq2 Q0 d3 2 4.0 t\nq3 Q0 d4 1 1.0 t\nq3 Q0 d9 2 0.5 t\n")
+    run_path.write_text(
+        "q1 Q0 d2 1 3.0 t\nq1 Q0 d5 2 2.0 t\nq1 Q0 d1 3 1.0 t\n"
+        "q2 Q0 d1 1 5.0 t\nq2 Q0 d3 2 4.0 t\nq3 Q0 d4 1 1.0 t\nq3 Q0 d9 2 0.5 t\n"
+    )
     qrels = {q: {d: r for d, r in docs.items()} for q, docs in _group(ir_measures.read_trec_qrels(str(qrels_path)))}
     run = Run.read(run_path)
-    expected = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in MEASURES],
-                                          ir_measures.read_trec_qrels(str(qrels_path)),
-                                          ir_measures.read_trec_run(str(run_path)))
+    expected = ir_measures.calc_aggregate(
+        [ir_measures.parse_measure(m) for m in MEASURES],
+        ir_measures.read_trec_qrels(str(qrels_path)),
+        ir_measures.read_trec_run(str(run_path)),
+    )
     means, per_query = compute_metrics(qrels, run, MEASURES)
     assert means == pytest.approx({str(m): v for m, v in expected.items()})
     assert per_query["RR@10"] == pytest.approx({"q1": 1.0, "q2": 0.5, "q3": 0.5})
@@ -79,13 +81,16 @@ def _group(qrels_iter):
 
 def test_evaluate_matches_ir_measures_on_its_own_run_and_brute_force(encoder, tmp_path):
     folder = write_beir(tmp_path / "mini")
-    result = evaluate(encoder, load_collection(folder), max_length=64, run_path=tmp_path / "run.trec",
-                      show_progress=False)
+    result = evaluate(
+        encoder, load_collection(folder), max_length=64, run_path=tmp_path / "run.trec", show_progress=False
+    )
     trec_qrels = tmp_path / "qrels.txt"
     trec_qrels.write_text("".join(f"{q} 0 {d} {r}\n" for q, docs in QRELS.items() for d, r in docs.items()))
-    expected = ir_measures.calc_aggregate([ir_measures.parse_measure(m) for m in MEASURES],
-                                          ir_measures.read_trec_qrels(str(trec_qrels)),
-                                          ir_measures.read_trec_run(str(tmp_path / "run.trec")))
+    expected = ir_measures.calc_aggregate(
+        [ir_measures.parse_measure(m) for m in MEASURES],
+        ir_measures.read_trec_qrels(str(trec_qrels)),
+        ir_measures.read_trec_run(str(tmp_path / "run.trec")),
+    )
     for measure, value in expected.items():
         assert result.metrics[str(measure)] == pytest.approx(value)
     assert set(result.per_query["nDCG@10"]) == set(reconcile(load_collection(folder)).qrels)
@@ -145,8 +150,9 @@ def test_queries_use_the_query_limit(model_dir, tmp_path):
     collection = reconcile(load_collection(folder))
 
     def q_nnz(max_length):
-        return float(np.diff(encoder.encode(collection.queries.texts, max_length=max_length,
-                                            show_progress=False).indptr).mean())
+        return float(
+            np.diff(encoder.encode(collection.queries.texts, max_length=max_length, show_progress=False).indptr).mean()
+        )
 
     encoder = SparseEncoder.from_pretrained(model_dir, max_length=64)
     assert q_nnz(5) != q_nnz(64)  # 5 tokens truncate the queries
@@ -165,20 +171,30 @@ def test_queries_use_the_query_limit(model_dir, tmp_path):
 
 def test_cache_entry_depends_on_the_pooling(model_dir, tmp_path):
     folder = write_beir(tmp_path / "mini")
-    fused = evaluate(SparseEncoder.from_pretrained(model_dir), load_collection(folder), max_length=64,
-                     show_progress=False)
-    screened = evaluate(SparseEncoder.from_pretrained(model_dir, pooling="fused-bf16"), load_collection(folder),
-                        max_length=64, show_progress=False)
+    fused = evaluate(
+        SparseEncoder.from_pretrained(model_dir), load_collection(folder), max_length=64, show_progress=False
+    )
+    screened = evaluate(
+        SparseEncoder.from_pretrained(model_dir, pooling="fused-bf16"),
+        load_collection(folder),
+        max_length=64,
+        show_progress=False,
+    )
     assert not screened.provenance["corpus_cached"]
     assert screened.provenance["cache_dir"] != fused.provenance["cache_dir"]
 
 
 def test_unknown_qrels_are_warned_and_the_rest_evaluated(encoder, tmp_path, caplog):
     qrels = dict(QRELS, q404={"d1": 1}, q1={"d1": 1, "ghost": 1})
-    result = evaluate(encoder, load_collection(write_beir(tmp_path / "mini", qrels=qrels)), max_length=64,
-                      show_progress=False)
+    result = evaluate(
+        encoder, load_collection(write_beir(tmp_path / "mini", qrels=qrels)), max_length=64, show_progress=False
+    )
     provenance = result.provenance
-    assert (provenance["qrels_unknown_queries"], provenance["qrels_unknown_docs"], result.efficiency["queries"]) == (1, 1, 4)
+    assert (provenance["qrels_unknown_queries"], provenance["qrels_unknown_docs"], result.efficiency["queries"]) == (
+        1,
+        1,
+        4,
+    )
     assert "not in the queries file" in caplog.text and "not in the corpus" in caplog.text
 
 
@@ -207,8 +223,17 @@ def test_evaluation_result_json_round_trip(encoder, tmp_path):
 
 
 def test_evaluation_result_reads_files_written_before_measures_were_recorded():
-    legacy = {"name": "scifact", "nDCG@10": 0.6, "RR@10": 0.5, "R(rel=2)@1000": 0.9, "flops": 3.0, "docs": 10,
-              "queries": 2, "backend": "exact", "k": 1000}
+    legacy = {
+        "name": "scifact",
+        "nDCG@10": 0.6,
+        "RR@10": 0.5,
+        "R(rel=2)@1000": 0.9,
+        "flops": 3.0,
+        "docs": 10,
+        "queries": 2,
+        "backend": "exact",
+        "k": 1000,
+    }
     result = EvaluationResult.from_dict(legacy)
     assert result.measures == ("nDCG@10", "RR@10", "R(rel=2)@1000")
     assert result.efficiency == {"flops": 3.0, "docs": 10, "queries": 2}
@@ -218,8 +243,9 @@ def test_evaluation_result_reads_files_written_before_measures_were_recorded():
 def test_cli_evaluate_json_and_table(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
     out = tmp_path / "results.json"
-    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs",
-                     "--output", out)
+    done = cli(
+        "evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs", "--output", out
+    )
     assert done.returncode == 0, done.stderr
     assert "mini" in done.stdout and "nDCG@10" in done.stdout and "flops" in done.stdout  # the table
     results = json.loads(out.read_text())
@@ -239,13 +265,33 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path, 
     done = cli("index", tmp_path / "vectors", "--output", tmp_path / "index", "--backend", "exact", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["docs"] == 8
-    done = cli("search", tmp_path / "index", "--model", model_dir, "--queries", folder / "queries.jsonl",
-                     "--max-length", 64, "--hits", 3, "--output", tmp_path / "run.trec")
+    done = cli(
+        "search",
+        tmp_path / "index",
+        "--model",
+        model_dir,
+        "--queries",
+        folder / "queries.jsonl",
+        "--max-length",
+        64,
+        "--hits",
+        3,
+        "--output",
+        tmp_path / "run.trec",
+    )
     assert done.returncode == 0, done.stderr
     run = Run.read(tmp_path / "run.trec")
     assert set(run.scores) == set(collection.queries.ids) and all(len(hits) <= 3 for hits in run.scores.values())
-    again = ("search", tmp_path / "index", "--query-vectors", tmp_path / "vectors", "--hits", 2, "--output",
-             tmp_path / "run.trec")
+    again = (
+        "search",
+        tmp_path / "index",
+        "--query-vectors",
+        tmp_path / "vectors",
+        "--hits",
+        2,
+        "--output",
+        tmp_path / "run.trec",
+    )
     done = cli(*again)  # an existing run file is not replaced silently
     assert done.returncode == 2 and "already exists" in done.stderr and "--overwrite" in done.stderr
     assert Run.read(tmp_path / "run.trec").scores == run.scores
@@ -256,8 +302,16 @@ def test_cli_index_search_and_vocabulary_mismatch(model_dir, encoder, tmp_path, 
     other = ExactSearcher.build(sp.random(8, encoder.vocab_size + 5, density=0.3, format="csr", random_state=0))
     other.doc_ids = collection.corpus.ids
     other.save(tmp_path / "other")
-    done = cli("search", tmp_path / "other", "--model", model_dir, "--queries", folder / "queries.jsonl",
-                     "--output", tmp_path / "run2.trec")
+    done = cli(
+        "search",
+        tmp_path / "other",
+        "--model",
+        model_dir,
+        "--queries",
+        folder / "queries.jsonl",
+        "--output",
+        tmp_path / "run2.trec",
+    )
     assert done.returncode == 2 and "vocabulary mismatch" in done.stderr
     assert not (tmp_path / "run2.trec").exists()
 
@@ -274,8 +328,19 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
     done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "runs", "--overwrite")
     assert done.returncode == 2 and "is a folder" in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "results.json").read_text() == "keep" and (tmp_path / "runs" / "old.trec").read_text() == "keep"
-    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--output", tmp_path / "results.json",
-                     "--run-dir", tmp_path / "runs", "--overwrite")
+    done = cli(
+        "evaluate",
+        model_dir,
+        "--data",
+        folder,
+        "--max-length",
+        64,
+        "--output",
+        tmp_path / "results.json",
+        "--run-dir",
+        tmp_path / "runs",
+        "--overwrite",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "results.json").read_text())["queries"] == 4
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mini.trec"]
@@ -320,17 +385,22 @@ def test_an_interrupted_cache_entry_resumes_its_finished_shards(encoder, tmp_pat
     assert (entry / "shards" / "00001" / "shard.json").is_file() and (entry / "manifest.json").is_file()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"nDCG@10": "high"}, "'nDCG@10' must be a number, got 'high'"),
-    ({"flops": None}, "'flops' must be a number, got null"),
-    ({"encode_docs_seconds": "fast"}, "'encode_docs_seconds' must be a number or null"),
-    ({"name": ["x"]}, "'name' must be a string or null, got a JSON list"),
-    ({"per_query": {"nDCG@10": {"q1": "one"}}}, "'per_query.nDCG@10'['q1'] must be a number"),
-    ({"per_query": [1]}, "'per_query' must be a JSON object"),
-    ({"measures": "nDCG@10"}, "'measures' must list measure names"),
-    ({"datasets": {"one": {"name": "one", "measures": ["nDCG@10"], "nDCG@10": True}}},
-     "'datasets.one.nDCG@10' must be a number, got True"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"nDCG@10": "high"}, "'nDCG@10' must be a number, got 'high'"),
+        ({"flops": None}, "'flops' must be a number, got null"),
+        ({"encode_docs_seconds": "fast"}, "'encode_docs_seconds' must be a number or null"),
+        ({"name": ["x"]}, "'name' must be a string or null, got a JSON list"),
+        ({"per_query": {"nDCG@10": {"q1": "one"}}}, "'per_query.nDCG@10'['q1'] must be a number"),
+        ({"per_query": [1]}, "'per_query' must be a JSON object"),
+        ({"measures": "nDCG@10"}, "'measures' must list measure names"),
+        (
+            {"datasets": {"one": {"name": "one", "measures": ["nDCG@10"], "nDCG@10": True}}},
+            "'datasets.one.nDCG@10' must be a number, got True",
+        ),
+    ],
+)
 def test_evaluation_result_refuses_values_of_the_wrong_type(change, message):
     payload = {"name": "mini", "measures": ["nDCG@10"], "nDCG@10": 0.5, "flops": 1.0, "docs": 8, "queries": 4} | change
     with pytest.raises(InputError, match=re.escape(f"result.json: {message}")):
@@ -341,13 +411,16 @@ def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(mode
     folder = write_beir(tmp_path / "mini", queries={"q1": "capital of france", "q\t2": "a vaccine"})
     done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines() == [f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
-                                                "whitespace, which a TREC run or qrels line cannot carry"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "
+        "whitespace, which a TREC run or qrels line cannot carry"
+    ]
     assert not (tmp_path / "results.json").exists()
 
 
-def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_queries_as_queries(model_dir, tmp_path,
-                                                                                                 cli):
+def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_queries_as_queries(
+    model_dir, tmp_path, cli
+):
     from spladekit.index import load_index
     from spladekit.index.store import read_manifest
 
@@ -373,8 +446,16 @@ def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_qu
     # search --model encodes queries with the query limit: the same run as `encode --side query` vectors
     done = cli("encode", model, "--corpus", folder / "queries.jsonl", "--side", "query", "--output", tmp_path / "q")
     assert done.returncode == 0, done.stderr
-    done = cli("search", tmp_path / "index", "--model", model, "--queries", folder / "queries.jsonl",
-               "--output", tmp_path / "model.trec")
+    done = cli(
+        "search",
+        tmp_path / "index",
+        "--model",
+        model,
+        "--queries",
+        folder / "queries.jsonl",
+        "--output",
+        tmp_path / "model.trec",
+    )
     assert done.returncode == 0, done.stderr
     done = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "q", "--output", tmp_path / "vectors.trec")
     assert done.returncode == 0, done.stderr
@@ -393,8 +474,12 @@ def test_cli_evaluate_max_active_dims(model_dir, tmp_path, cli):
 
 
 # ----------------------------------------------------------------------------------------- self-hits
-SELF_HIT_DOCS = {"1": ("", "paris is the capital of france"), "2": ("", "capital city of france is paris"),
-                 "3": ("", "cats sleep all day long"), "4": ("", "dogs bark at the postman")}
+SELF_HIT_DOCS = {
+    "1": ("", "paris is the capital of france"),
+    "2": ("", "capital city of france is paris"),
+    "3": ("", "cats sleep all day long"),
+    "4": ("", "dogs bark at the postman"),
+}
 SELF_HIT_QUERIES = {"1": "paris is the capital of france", "3": "cats sleep all day long"}
 SELF_HIT_QRELS = {"1": {"2": 1, "1": 1}, "3": {"4": 1}}
 

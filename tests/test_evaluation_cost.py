@@ -37,8 +37,11 @@ def test_local_counts_are_the_collections_documents_and_judged_queries(tmp_path)
     folder = write_beir(tmp_path / "beir")
     (workload,) = workloads(str(folder))
     collection = load_collection(folder)
-    assert (workload.documents, workload.queries) == (len(DOCS), len(QRELS)) == (len(collection.corpus),
-                                                                                 len(collection.qrels))
+    assert (
+        (workload.documents, workload.queries)
+        == (len(DOCS), len(QRELS))
+        == (len(collection.corpus), len(collection.qrels))
+    )
     assert workload.corpus_file == folder / "corpus.jsonl"
 
 
@@ -81,9 +84,13 @@ def test_synthetic_corpus_is_shaped_like_the_sample():
 
 
 def test_costs_are_fixed_plus_per_posting_through_the_two_builds():
-    sample = EncodingSample("s", documents_per_second=100.0, queries_per_second=1000.0,
-                            documents=sp.csr_matrix(np.ones((4, 10), dtype=np.float32)),  # 10 nnz per document
-                            queries=sp.csr_matrix(np.ones((2, 10), dtype=np.float32)))
+    sample = EncodingSample(
+        "s",
+        documents_per_second=100.0,
+        queries_per_second=1000.0,
+        documents=sp.csr_matrix(np.ones((4, 10), dtype=np.float32)),  # 10 nnz per document
+        queries=sp.csr_matrix(np.ones((2, 10), dtype=np.float32)),
+    )
     small = {"postings": 1000.0, "build_seconds": 3.0, "index_bytes": 1000.0, "search_seconds_per_query": 0.01}
     large = {"postings": 4000.0, "build_seconds": 6.0, "index_bytes": 4000.0, "search_seconds_per_query": 0.04}
     fitted = fit_costs(small, large)
@@ -119,8 +126,18 @@ def test_cli_dry_run_json_and_refuses_outputs(cli, tmp_path, tiny_model_dirs, mo
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     folder = write_beir(tmp_path / "beir")
     model = tiny_model_dirs["bert"]
-    result = cli("evaluate", model, "--data", folder, "--dry-run", "--dry-run-sample", "4", "--dry-run-index-docs",
-                 "50", "--json")
+    result = cli(
+        "evaluate",
+        model,
+        "--data",
+        folder,
+        "--dry-run",
+        "--dry-run-sample",
+        "4",
+        "--dry-run-index-docs",
+        "50",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["members"][0]["documents"] == len(DOCS) and payload["backend"] == "exact"

@@ -24,7 +24,11 @@ def write_sweep(tmp_path: Path, **changes) -> Path:
     values = {
         "name": "tiny",
         "recipe": {
-            "data": {"path": str(write_triplets(tmp_path / "triplets.tsv")), "query_max_length": 12, "doc_max_length": 16},
+            "data": {
+                "path": str(write_triplets(tmp_path / "triplets.tsv")),
+                "query_max_length": 12,
+                "doc_max_length": 16,
+            },
             "optimization": {"steps": 3, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
             "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
             "logging": {"every": 1, "checkpoint_every": 2, "progress": False, "plots": False},
@@ -44,8 +48,12 @@ def write_sweep(tmp_path: Path, **changes) -> Path:
 def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     sweep = load_sweep(write_sweep(tmp_path))
-    assert [cell.name for cell in plan(sweep)] == ["bert__k1__none", "bert__k8__tied", "roberta-x8__k1__none",
-                                                   "roberta-x8__k8__tied"]
+    assert [cell.name for cell in plan(sweep)] == [
+        "bert__k1__none",
+        "bert__k8__tied",
+        "roberta-x8__k1__none",
+        "roberta-x8__k8__tied",
+    ]
     output = tmp_path / "out"
     records = run_sweep(sweep, output)
     assert [record["status"] for record in records] == ["done"] * 4
@@ -64,11 +72,17 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
         rows = list(csv.DictReader(stream))
     trained = [row for row in rows if not row["baseline"]]
     assert sorted((row["backbone"], row["k"], row["mode"]) for row in trained) == [
-        ("bert", "1.0", "none"), ("bert", "8.0", "tied"), ("roberta-x8", "1.0", "none"), ("roberta-x8", "8.0", "tied")]
+        ("bert", "1.0", "none"),
+        ("bert", "8.0", "tied"),
+        ("roberta-x8", "1.0", "none"),
+        ("roberta-x8", "8.0", "tied"),
+    ]
     for row in trained:
         assert 0.0 <= float(row["collection nDCG@10"]) <= 1.0 and float(row["FLOPS"]) >= 0
-        assert float(row["final loss"]) == json.loads(
-            (output / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+        assert (
+            float(row["final loss"])
+            == json.loads((output / "runs" / row["run"] / "metrics.jsonl").read_text().splitlines()[-1])["loss"]
+        )
     # baseline rows: each backbone untouched (the inflated variant as training starts from it) and BM25
     baselines = {row["run"]: row for row in rows if row["baseline"]}
     assert sorted(baselines) == ["bert__untouched", "bm25", "roberta-x8__untouched"]
@@ -126,33 +140,50 @@ def test_backbone_set_overrides_only_that_backbones_recipe(tmp_path, monkeypatch
 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     bert = str(build_tiny_model("bert", tmp_path / "bert"))
-    sweep = load_sweep(write_sweep(tmp_path, k=[1], backbones=[
-        {"name": "bert", "id": bert},
-        {"name": "bert-lq0.5", "id": bert, "set": ["regularizer.lambda_q=0.5", "optimization.steps=2"]},
-        {"name": "bert-lq0.1", "id": bert, "set": ["regularizer.lambda_q=0.1", "optimization.steps=2"]}]))
+    sweep = load_sweep(
+        write_sweep(
+            tmp_path,
+            k=[1],
+            backbones=[
+                {"name": "bert", "id": bert},
+                {"name": "bert-lq0.5", "id": bert, "set": ["regularizer.lambda_q=0.5", "optimization.steps=2"]},
+                {"name": "bert-lq0.1", "id": bert, "set": ["regularizer.lambda_q=0.1", "optimization.steps=2"]},
+            ],
+        )
+    )
     output = tmp_path / "out"
     for name in ("bert", "bert-lq0.5", "bert-lq0.1"):
         run_cell(Cell(name, 1.0, "none"), sweep, output)
-    plain, variant = (yaml.safe_load((output / "runs" / f"{name}__k1__none" / "config.yaml").read_text())
-                      for name in ("bert", "bert-lq0.5"))
+    plain, variant = (
+        yaml.safe_load((output / "runs" / f"{name}__k1__none" / "config.yaml").read_text())
+        for name in ("bert", "bert-lq0.5")
+    )
     assert (plain["regularizer"]["lambda_q"], plain["optimization"]["steps"]) == (1e-3, 3)
     assert (variant["regularizer"]["lambda_q"], variant["optimization"]["steps"]) == (0.5, 2)
     assert variant["regularizer"]["lambda_d"] == 1e-3  # untouched keys keep the shared recipe's value
     assert json.loads((output / "runs" / "bert-lq0.5__k1__none" / "run.json").read_text())["set"] == [
-        "regularizer.lambda_q=0.5", "optimization.steps=2"]
+        "regularizer.lambda_q=0.5",
+        "optimization.steps=2",
+    ]
 
     # the report lists the overrides and joins the two recipe variants of k=1 into one trade-off curve
     import matplotlib.axes
 
     curves = []
     plot_line = matplotlib.axes.Axes.plot
-    monkeypatch.setattr(matplotlib.axes.Axes, "plot",
-                        lambda axis, *a, **kw: curves.append((kw.get("label"), len(a[0]))) or plot_line(axis, *a, **kw))
+    monkeypatch.setattr(
+        matplotlib.axes.Axes,
+        "plot",
+        lambda axis, *a, **kw: curves.append((kw.get("label"), len(a[0]))) or plot_line(axis, *a, **kw),
+    )
     build_report(output)
     with (output / "results.csv").open() as stream:
         overrides = {row["backbone"]: row["set"] for row in csv.DictReader(stream)}
-    assert overrides == {"bert": "", "bert-lq0.5": "regularizer.lambda_q=0.5 optimization.steps=2",
-                         "bert-lq0.1": "regularizer.lambda_q=0.1 optimization.steps=2"}
+    assert overrides == {
+        "bert": "",
+        "bert-lq0.5": "regularizer.lambda_q=0.5 optimization.steps=2",
+        "bert-lq0.1": "regularizer.lambda_q=0.1 optimization.steps=2",
+    }
     assert ("k=1 none across recipes", 2) in curves
 
 
@@ -177,8 +208,10 @@ def test_backbone_names_must_be_safe_folder_names(tmp_path, name):
     path = write_sweep(tmp_path, backbones=[{"name": name, "id": str(tmp_path / "bert")}])
     with pytest.raises(InputError) as caught:
         load_sweep(path)
-    assert str(caught.value) == (f"{path}: config key 'backbones[0].name': expected a name of letters, digits, "
-                                 f"'.', '_' and '-' (not '.' or '..', no '__'), got {name!r}")
+    assert str(caught.value) == (
+        f"{path}: config key 'backbones[0].name': expected a name of letters, digits, "
+        f"'.', '_' and '-' (not '.' or '..', no '__'), got {name!r}"
+    )
 
 
 @pytest.mark.parametrize("name", ["tiny", "bert-base.v2", "x_8", "..x", "a.b"])
@@ -187,20 +220,30 @@ def test_safe_backbone_names_are_accepted(tmp_path, name):
     assert sweep.backbones[0].name == name
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"backbones": [{"name": "b", "id": "x", "inflate": float("inf")}]}, "'backbones[0].inflate': expected a finite "
-                                                                         "number > 0 or null, got inf"),
-    ({"backbones": [{"name": "b", "id": "x", "inflate": 0}]}, "'backbones[0].inflate': expected a finite number > 0"),
-    ({"evaluation": {"data": [], "batch_size": 0}}, "'evaluation.batch_size': expected an integer >= 1, got 0"),
-    ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 1 or null"),
-    ({"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
-     "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0"),
-    ({"seeds": []}, "seeds: give at least one seed"),
-    ({"seeds": [1, -1]}, "seeds: each seed must be an integer in [0, 2^32), got -1"),
-    ({"seeds": [1, 1.5]}, "seeds: each seed must be an integer in [0, 2^32), got 1.5"),
-    ({"seeds": [2, 2]}, "seeds: repeated seed in [2, 2]"),
-    ({"baselines": ["bm26"]}, "baselines: unknown baseline 'bm26'; choose from untouched, bm25"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (
+            {"backbones": [{"name": "b", "id": "x", "inflate": float("inf")}]},
+            "'backbones[0].inflate': expected a finite number > 0 or null, got inf",
+        ),
+        (
+            {"backbones": [{"name": "b", "id": "x", "inflate": 0}]},
+            "'backbones[0].inflate': expected a finite number > 0",
+        ),
+        ({"evaluation": {"data": [], "batch_size": 0}}, "'evaluation.batch_size': expected an integer >= 1, got 0"),
+        ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 1 or null"),
+        (
+            {"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
+            "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0",
+        ),
+        ({"seeds": []}, "seeds: give at least one seed"),
+        ({"seeds": [1, -1]}, "seeds: each seed must be an integer in [0, 2^32), got -1"),
+        ({"seeds": [1, 1.5]}, "seeds: each seed must be an integer in [0, 2^32), got 1.5"),
+        ({"seeds": [2, 2]}, "seeds: repeated seed in [2, 2]"),
+        ({"baselines": ["bm26"]}, "baselines: unknown baseline 'bm26'; choose from untouched, bm25"),
+    ],
+)
 def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, changes, message):
     with pytest.raises(InputError, match=re.escape(message)):
         load_sweep(write_sweep(tmp_path, **changes))
@@ -214,8 +257,10 @@ def test_a_sweep_says_how_to_allow_remote_code_in_the_sweep_file(tmp_path):
     sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "gte", "id": str(gte)}]))
     with pytest.raises(RemoteCodeRequired) as caught:
         run_sweep(sweep, tmp_path / "out")
-    assert str(caught.value) == (f"{gte}: this model needs its own (remote) code; set trust_remote_code: true on "
-                                 f"backbone 'gte' in the sweep file if you trust it")
+    assert str(caught.value) == (
+        f"{gte}: this model needs its own (remote) code; set trust_remote_code: true on "
+        f"backbone 'gte' in the sweep file if you trust it"
+    )
 
 
 def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
@@ -231,8 +276,7 @@ def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
 
 def test_paper_config_dry_run_passes_offline(cli):
     config = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
-    result = cli("sweep", config, "--output", "unused",
-                             "--dry-run", "--json")
+    result = cli("sweep", config, "--output", "unused", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan_ = json.loads(result.stdout)
     assert len(plan_["runs"]) == 7 * (1 + 5 * 1) and plan_["problems"] == []
@@ -243,14 +287,38 @@ def write_finished_run(sweep_dir: Path, name: str = "bert__k8__tied") -> Path:
     """A finished run as a sweep leaves it (run.json, evaluation.json, metrics.jsonl), without training one."""
     run_dir = sweep_dir / "runs" / name
     run_dir.mkdir(parents=True)
-    record = {"run": name, "backbone": "bert", "backbone_id": "bert", "inflate": None, "inflate_mode": "tied", "set": [],
-              "k": 8.0, "mode": "tied", "status": "done", "initial_head_norm": 12.5, "auto_k": 8.0,
-              "initial_median_pair_score": 30.0, "seconds": 1.5}
+    record = {
+        "run": name,
+        "backbone": "bert",
+        "backbone_id": "bert",
+        "inflate": None,
+        "inflate_mode": "tied",
+        "set": [],
+        "k": 8.0,
+        "mode": "tied",
+        "status": "done",
+        "initial_head_norm": 12.5,
+        "auto_k": 8.0,
+        "initial_median_pair_score": 30.0,
+        "seconds": 1.5,
+    }
     (run_dir / "run.json").write_text(json.dumps(record))
-    result = {"name": "collection", "measures": ["nDCG@10"], "nDCG@10": 0.5, "flops": 2.0, "avg_q_nnz": 3.0,
-              "avg_d_nnz": 4.0, "docs": 8, "queries": 4, "search_ms_per_query": 0.1, "per_query": {"nDCG@10": {"q1": 0.5}}}
+    result = {
+        "name": "collection",
+        "measures": ["nDCG@10"],
+        "nDCG@10": 0.5,
+        "flops": 2.0,
+        "avg_q_nnz": 3.0,
+        "avg_d_nnz": 4.0,
+        "docs": 8,
+        "queries": 4,
+        "search_ms_per_query": 0.1,
+        "per_query": {"nDCG@10": {"q1": 0.5}},
+    }
     (run_dir / "evaluation.json").write_text(json.dumps({"collection": result}))
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in (1, 2, 3)))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in (1, 2, 3))
+    )
     return run_dir
 
 
@@ -262,10 +330,21 @@ REPORT_DAMAGES = {
     "run.json set a string": ("run.json", {"set": "a=1"}, "run.json: 'set' must be a JSON list or null, got 'a=1'"),
     "run.json no status": ("run.json", {"status": None}, "run.json: 'status' must be a string, got null"),
     "evaluation.json garbage": ("evaluation.json", "\x00\x01", "evaluation.json:1: not valid JSON"),
-    "evaluation.json result a list": ("evaluation.json", '{"collection": [1]}',
-                                      "evaluation.json: 'collection' must be a JSON object, got a JSON list"),
-    "evaluation.json metric a string": ("evaluation.json", None, "evaluation.json: 'collection.nDCG@10' must be a number, got 'x'"),
-    "metrics.jsonl loss missing": ("metrics.jsonl", '{"step": 1}\n', "metrics.jsonl:1: 'loss' must be a number, got null"),
+    "evaluation.json result a list": (
+        "evaluation.json",
+        '{"collection": [1]}',
+        "evaluation.json: 'collection' must be a JSON object, got a JSON list",
+    ),
+    "evaluation.json metric a string": (
+        "evaluation.json",
+        None,
+        "evaluation.json: 'collection.nDCG@10' must be a number, got 'x'",
+    ),
+    "metrics.jsonl loss missing": (
+        "metrics.jsonl",
+        '{"step": 1}\n',
+        "metrics.jsonl:1: 'loss' must be a number, got null",
+    ),
     "metrics.jsonl record a list": ("metrics.jsonl", "[1, 2]\n", "metrics.jsonl:1: a record must be a JSON object"),
 }
 
@@ -321,35 +400,63 @@ def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
 
     sweep = load_sweep(write_sweep(tmp_path, seeds=[3, 5]))
     cells = plan(sweep)
-    assert [cell.name for cell in cells][:4] == ["bert__k1__none__s3", "bert__k1__none__s5", "bert__k8__tied__s3",
-                                                 "bert__k8__tied__s5"]
+    assert [cell.name for cell in cells][:4] == [
+        "bert__k1__none__s3",
+        "bert__k1__none__s5",
+        "bert__k8__tied__s3",
+        "bert__k8__tied__s5",
+    ]
     assert len(cells) == 8 and {cell.seed for cell in cells} == {3, 5}
     assert _run_values(sweep, sweep.backbones[0], cells[1], "x")["seed"] == 5
-    assert "seed" not in _run_values(load_sweep(write_sweep(tmp_path)), sweep.backbones[0], Cell("bert", 1.0, "none"), "x")
+    assert "seed" not in _run_values(
+        load_sweep(write_sweep(tmp_path)), sweep.backbones[0], Cell("bert", 1.0, "none"), "x"
+    )
 
 
 def test_a_backbone_can_divide_the_bias_too(tmp_path):
     from spladekit.experiments.sweep import _run_values
 
-    sweep = load_sweep(write_sweep(tmp_path, backbones=[{"name": "b", "id": str(build_tiny_model("bert", tmp_path / "b")),
-                                                         "rescale_bias": True}]))
+    sweep = load_sweep(
+        write_sweep(
+            tmp_path,
+            backbones=[{"name": "b", "id": str(build_tiny_model("bert", tmp_path / "b")), "rescale_bias": True}],
+        )
+    )
     assert _run_values(sweep, sweep.backbones[0], Cell("b", 8.0, "tied"), "x")["rescale"] == {
-        "k": 8.0, "mode": "tied", "rescale_bias": True}
+        "k": 8.0,
+        "mode": "tied",
+        "rescale_bias": True,
+    }
     assert _run_values(sweep, sweep.backbones[0], Cell("b", 1.0, "none"), "x")["rescale"] == {"k": None}
 
 
-def write_seeded_run(sweep_dir: Path, name: str, values: list[float], seed: int | None, baseline: str | None = None) -> None:
+def write_seeded_run(
+    sweep_dir: Path, name: str, values: list[float], seed: int | None, baseline: str | None = None
+) -> None:
     """A finished run (or baseline) whose per-query nDCG@10 are ``values`` (queries q0, q1, …)."""
     run_dir = sweep_dir / ("baselines" if baseline else "runs") / name
     run_dir.mkdir(parents=True)
     backbone, k, mode = ("bm25", 1.0, "none") if name == "bm25" else (name.split("__")[0], 1.0, "none")
     if not baseline:
         k, mode = float(name.split("__")[1][1:]), name.split("__")[2]
-    record = {"run": name, "backbone": backbone, "k": k, "mode": mode, "status": "done", "seed": seed,
-              "baseline": baseline, "auto_k": 8.0, "initial_head_norm": 10.0}
+    record = {
+        "run": name,
+        "backbone": backbone,
+        "k": k,
+        "mode": mode,
+        "status": "done",
+        "seed": seed,
+        "baseline": baseline,
+        "auto_k": 8.0,
+        "initial_head_norm": 10.0,
+    }
     (run_dir / "run.json").write_text(json.dumps(record))
-    result = {"name": "collection", "measures": ["nDCG@10"], "nDCG@10": sum(values) / len(values),
-              "per_query": {"nDCG@10": {f"q{i}": value for i, value in enumerate(values)}}}
+    result = {
+        "name": "collection",
+        "measures": ["nDCG@10"],
+        "nDCG@10": sum(values) / len(values),
+        "per_query": {"nDCG@10": {f"q{i}": value for i, value in enumerate(values)}},
+    }
     (run_dir / "evaluation.json").write_text(json.dumps({"collection": result}))
 
 
@@ -371,8 +478,12 @@ def test_report_gives_mean_and_std_over_seeds_and_tests_each_claimed_contrast(tm
     assert report["best"]["bert"]["best_run"] in ("bert__k8__tied", "bert__k8__untie")
     tests = {(test["a"], test["b"]): test for test in report["paired_tests"]}
     best = report["best"]["bert"]["best_run"]
-    assert set(tests) == {(best, "bert__k1__none"), (best, "bert__untouched"), (best, "bm25"),
-                          ("bert__k8__tied", "bert__k8__untie")}
+    assert set(tests) == {
+        (best, "bert__k1__none"),
+        (best, "bert__untouched"),
+        (best, "bm25"),
+        ("bert__k8__tied", "bert__k8__untie"),
+    }
     against_k1 = tests[(best, "bert__k1__none")]
     assert against_k1["units"] == 30 and against_k1["p_value"] < 0.001
     assert against_k1["mean_difference"] == pytest.approx(0.1, abs=0.01)  # seeds averaged per query
@@ -383,8 +494,11 @@ def test_report_gives_mean_and_std_over_seeds_and_tests_each_claimed_contrast(tm
     with (sweep_dir / "results.csv").open() as stream:
         rows = list(csv.DictReader(stream))
     assert [row["run"] for row in rows][-2:] == ["bert__untouched", "bm25"]
-    assert {row["configuration"] for row in rows if not row["baseline"]} == {"bert__k1__none", "bert__k8__tied",
-                                                                               "bert__k8__untie"}
+    assert {row["configuration"] for row in rows if not row["baseline"]} == {
+        "bert__k1__none",
+        "bert__k8__tied",
+        "bert__k8__untie",
+    }
 
 
 def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path, cli):
@@ -403,9 +517,11 @@ def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path
     assert asked["mean_difference"] == pytest.approx(-0.05)
     assert "| bm25 | bert__k1__none | 4 |" in (sweep_dir / "results.md").read_text()
     (sweep_dir / "results.md").unlink()
-    for contrast, message in [("bert__k2__tied:bm25", "--contrast names bert__k2__tied: no finished run"),
-                              ("bm25", "--contrast 'bm25': expected A:B"),
-                              ("bm25:bm25", "a configuration against itself tests nothing")]:
+    for contrast, message in [
+        ("bert__k2__tied:bm25", "--contrast names bert__k2__tied: no finished run"),
+        ("bm25", "--contrast 'bm25': expected A:B"),
+        ("bm25:bm25", "a configuration against itself tests nothing"),
+    ]:
         result = cli("report", sweep_dir, "--contrast", contrast)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
         assert not (sweep_dir / "results.md").exists()

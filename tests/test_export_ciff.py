@@ -62,8 +62,9 @@ def test_round_trip_postings_equal_the_quantized_vectors(tmp_path, monkeypatch, 
     monkeypatch.setattr(ciff, "PIECE_WEIGHTS", piece_weights)  # rows quantized and inverted a few at a time
     matrix = random_vectors(40, seed=3)
     folder = save(tmp_path / "vectors", matrix)
-    payload = export_ciff(folder, tmp_path / name, tokens=TOKENS, scale=100, bucket_postings=bucket_postings,
-                          show_progress=False)
+    payload = export_ciff(
+        folder, tmp_path / name, tokens=TOKENS, scale=100, bucket_postings=bucket_postings, show_progress=False
+    )
     header, lists, documents = read_back(tmp_path / name)
     expected = quantize(matrix, 100).toarray().astype(np.int64)
 
@@ -98,9 +99,17 @@ def test_hand_computed_impacts(tmp_path):
     assert [d.doclength for d in documents] == [102, 251]
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.sampled_from([1, 127, 128, 16383, 16384, 2**21, 2**28,
-                                                                        2**31 - 1]) | st.integers(1, 2**31 - 1)),
-                min_size=1, max_size=30, unique_by=lambda pair: pair[0]))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**31 - 1),
+            st.sampled_from([1, 127, 128, 16383, 16384, 2**21, 2**28, 2**31 - 1]) | st.integers(1, 2**31 - 1),
+        ),
+        min_size=1,
+        max_size=30,
+        unique_by=lambda pair: pair[0],
+    )
+)
 def test_postings_field_is_protobufs_own_serialization(pairs):
     pairs = sorted(pairs)
     docids = np.array([docid for docid, _ in pairs], dtype=np.int64)
@@ -121,8 +130,10 @@ def test_term_buckets_cover_every_term_once_within_the_limit():
 @pytest.mark.parametrize("limit", [1, 4, 10, 10**6])
 def test_pieces_cover_every_row_once_within_the_limit(limit):
     matrix = random_vectors(40, seed=5)
-    blocks = [Vectors(matrix[:25], [f"d{row}" for row in range(25)]),
-              Vectors(matrix[25:], [f"d{row}" for row in range(25, 40)])]
+    blocks = [
+        Vectors(matrix[:25], [f"d{row}" for row in range(25)]),
+        Vectors(matrix[25:], [f"d{row}" for row in range(25, 40)]),
+    ]
     runs = list(pieces(blocks, limit))
     assert [doc_id for run in runs for doc_id in run.ids] == [f"d{row}" for row in range(40)]
     assert (sp.vstack([run.matrix for run in runs]) != matrix).nnz == 0
@@ -137,8 +148,10 @@ def test_term_order_is_code_point_order_and_refuses_duplicates_and_empty_terms()
         term_order(["a", ""])
 
 
-@pytest.mark.parametrize("value, message", [(np.nan, "finite, non-negative"), (-0.5, "finite, non-negative"),
-                                            (np.inf, "finite, non-negative")])
+@pytest.mark.parametrize(
+    "value, message",
+    [(np.nan, "finite, non-negative"), (-0.5, "finite, non-negative"), (np.inf, "finite, non-negative")],
+)
 def test_bad_weights_are_refused_and_nothing_is_written(tmp_path, value, message):
     matrix = random_vectors(10, seed=1).tolil()
     matrix[2, 4] = value
@@ -170,8 +183,17 @@ def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
     assert str(model) in header.description
     again = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--quantization-scale", "10")
     assert again.returncode == 2 and "already exists" in again.stderr
-    again = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--quantization-scale", "10",
-                "--overwrite")
+    again = cli(
+        "export",
+        folder,
+        "--format",
+        "ciff",
+        "--output",
+        tmp_path / "out.ciff",
+        "--quantization-scale",
+        "10",
+        "--overwrite",
+    )
     assert again.returncode == 0, again.stderr
     _, lists, documents = read_back(tmp_path / "out.ciff")
     assert (as_matrix(lists, documents, tokens) == quantize(matrix, 10).toarray()).all()

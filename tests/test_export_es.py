@@ -93,14 +93,17 @@ def as_matrix(feature_maps: list[dict], names: list[str]) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- tests
-@pytest.mark.parametrize("engine,field_type", [("opensearch", "rank_features"), ("elasticsearch", "sparse_vector"),
-                                               ("elasticsearch", "rank_features")])
+@pytest.mark.parametrize(
+    "engine,field_type",
+    [("opensearch", "rank_features"), ("elasticsearch", "sparse_vector"), ("elasticsearch", "rank_features")],
+)
 def test_export_follows_field_rules_and_round_trips(tmp_path, engine, field_type):
     documents, queries = random_vectors(30, seed=1), random_vectors(5, seed=2)
     ids, query_ids = [f"doc-{i}" for i in range(30)], [f"q{i}" for i in range(5)]
     out = tmp_path / "es"
-    summary = export_search_engine(documents, ids, TOKENS, out, engine=engine, field_type=field_type,
-                                   field="vec", queries=(queries, query_ids))
+    summary = export_search_engine(
+        documents, ids, TOKENS, out, engine=engine, field_type=field_type, field="vec", queries=(queries, query_ids)
+    )
     assert summary["field_type"] == field_type
     check_mapping(out, "vec", field_type)
     parsed = read_bulk(out, "vec")
@@ -136,17 +139,26 @@ def test_non_finite_weights_are_refused_before_anything_is_written(tmp_path, bad
     documents[2, 3] = queries[1, 4] = bad
     documents, queries = sp.csr_matrix(documents), sp.csr_matrix(queries)
     with pytest.raises(SpladekitError, match=r"document 'doc-2' \(vector row 2\).*'100%'.* (nan|inf)"):
-        export_search_engine(documents, [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es", max_active_dims=max_active_dims)
+        export_search_engine(
+            documents, [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es", max_active_dims=max_active_dims
+        )
     assert not (tmp_path / "es").exists()
     with pytest.raises(SpladekitError, match=r"query 'q1' \(vector row 1\)"):
-        export_search_engine(random_vectors(4, seed=5), [f"doc-{i}" for i in range(4)], TOKENS, tmp_path / "es",
-                             max_active_dims=max_active_dims, queries=(queries, ["q0", "q1"]))
+        export_search_engine(
+            random_vectors(4, seed=5),
+            [f"doc-{i}" for i in range(4)],
+            TOKENS,
+            tmp_path / "es",
+            max_active_dims=max_active_dims,
+            queries=(queries, ["q0", "q1"]),
+        )
     assert not (tmp_path / "es").exists()
 
 
 def test_keep_top_weights_keeps_heaviest_and_lower_id_on_ties():
-    matrix = sp.csr_matrix(np.array([[0.5, 2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 1.0, 0.0, 0.0]],
-                                    dtype=np.float32))
+    matrix = sp.csr_matrix(
+        np.array([[0.5, 2.0, 0.0, 2.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 1.0, 0.0, 0.0]], dtype=np.float32)
+    )
     pruned = keep_top_weights(matrix, 2).toarray()
     np.testing.assert_array_equal(pruned, [[0, 2, 0, 2, 0], [0, 0, 0, 0, 0], [3, 0, 1, 0, 0]])
     np.testing.assert_array_equal(keep_top_weights(matrix, 1).toarray()[0], [0, 2, 0, 0, 0])
@@ -164,8 +176,9 @@ def test_quantize_rounds_and_drops_zeros():
 def test_bad_settings_are_refused(tmp_path):
     documents = random_vectors(2, seed=4)
     with pytest.raises(SpladekitError, match="opensearch supports"):
-        export_search_engine(documents, ["a", "b"], TOKENS, tmp_path / "x", engine="opensearch",
-                             field_type="sparse_vector")
+        export_search_engine(
+            documents, ["a", "b"], TOKENS, tmp_path / "x", engine="opensearch", field_type="sparse_vector"
+        )
     with pytest.raises(SpladekitError, match="without '.'"):
         export_search_engine(documents, ["a", "b"], TOKENS, tmp_path / "x", field="a.b")
     with pytest.raises(SpladekitError, match="collide"):
@@ -200,8 +213,7 @@ def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path, cl
     texts = ["the capital of france is paris.", "u.s. vitamin d"]
     vectors = encoder.encode(texts, show_progress=False)
     Vectors(vectors, ["d1", "d2"], {"model": str(tiny_model_dirs["bert"])}).save(tmp_path / "vectors")
-    result = cli("export", tmp_path / "vectors", "--format",
-                             "opensearch", "--output", tmp_path / "os", "--json")
+    result = cli("export", tmp_path / "vectors", "--format", "opensearch", "--output", tmp_path / "os", "--json")
     assert result.returncode == 0, result.stderr
     tokens = vocabulary_tokens(tiny_model_dirs["bert"], vectors.shape[1])
     assert tokens[encoder.tokenizer.convert_tokens_to_ids(".")] == "."

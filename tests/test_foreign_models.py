@@ -62,8 +62,12 @@ def test_remote_code_model_exports_with_its_code(tiny_model_dirs, tmp_path):
     ours = encoder.encode(TEXTS, show_progress=False).toarray()
     out = export_sentence_transformers(encoder, tmp_path / "st", trust_remote_code=True)
     assert (out / "modeling_gte_standin.py").is_file()
-    theirs = st.SparseEncoder(str(out), device="cpu", trust_remote_code=True).encode(
-        TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False).cpu().numpy()
+    theirs = (
+        st.SparseEncoder(str(out), device="cpu", trust_remote_code=True)
+        .encode(TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False)
+        .cpu()
+        .numpy()
+    )
     np.testing.assert_allclose(theirs, ours, atol=1e-5)
 
 
@@ -94,19 +98,33 @@ def test_legacy_mlmtransformer_subfolder_layout(tiny_model_dirs, tmp_path):
     (root / "0_MLMTransformer" / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 20}))
     (root / "1_SpladePooling").mkdir()
     (root / "1_SpladePooling" / "config.json").write_text(
-        json.dumps({"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": None}))
-    (root / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "0_MLMTransformer",
-         "type": "sentence_transformers.sparse_encoder.models.MLMTransformer"},
-        {"idx": 1, "name": "1", "path": "1_SpladePooling",
-         "type": "sentence_transformers.sparse_encoder.models.SpladePooling"},
-    ]))
+        json.dumps({"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": None})
+    )
+    (root / "modules.json").write_text(
+        json.dumps(
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": "0_MLMTransformer",
+                    "type": "sentence_transformers.sparse_encoder.models.MLMTransformer",
+                },
+                {
+                    "idx": 1,
+                    "name": "1",
+                    "path": "1_SpladePooling",
+                    "type": "sentence_transformers.sparse_encoder.models.SpladePooling",
+                },
+            ]
+        )
+    )
     resolved = resolve_model_folder(root)
     assert resolved.path == root / "0_MLMTransformer" and resolved.max_length == 20
     # the folder's own max_seq_length (20) is the loaded encoder's limit
     assert SparseEncoder.from_pretrained(root).max_length == 20
-    np.testing.assert_allclose(spladekit_vectors(root), spladekit_vectors(tiny_model_dirs["bert"], max_length=20),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        spladekit_vectors(root), spladekit_vectors(tiny_model_dirs["bert"], max_length=20), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("pooling", [("sum", "relu"), ("max", "log1p_relu")])
@@ -118,8 +136,9 @@ def test_other_splade_pooling_is_refused_with_the_file(tiny_model_dirs, tmp_path
 
 
 def test_unsupported_module_list_is_refused(tmp_path):
-    (tmp_path / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.router.Router"}]))
+    (tmp_path / "modules.json").write_text(
+        json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.router.Router"}])
+    )
     with pytest.raises(InputError, match="Router"):
         resolve_model_folder(tmp_path)
 
@@ -138,8 +157,10 @@ def test_naver_plain_checkpoint_loads_as_is(tiny_model_dirs):
 
 def naver_experiment(model_dir, root, **overrides):
     shutil.copytree(model_dir, root / "model")
-    config = {"config": {"max_length": 24, "matching_type": "splade", "lr": 2e-5},
-              "init_dict": {"model_type_or_dir": "bert-base-uncased", "model_type_or_dir_q": None, "agg": "max"}}
+    config = {
+        "config": {"max_length": 24, "matching_type": "splade", "lr": 2e-5},
+        "init_dict": {"model_type_or_dir": "bert-base-uncased", "model_type_or_dir_q": None, "agg": "max"},
+    }
     for section, values in overrides.items():
         config[section].update(values)
     (root / "config.yaml").write_text(json.dumps(config))  # JSON is YAML
@@ -151,14 +172,18 @@ def test_naver_experiment_folder_resolves_weights_and_max_length(tiny_model_dirs
     resolved = resolve_model_folder(root)
     assert resolved.kind == "naver-splade" and resolved.path == root / "model" and resolved.max_length == 24
     assert SparseEncoder.from_pretrained(root).max_length == 24  # config.max_length is the loaded limit
-    np.testing.assert_allclose(spladekit_vectors(root), spladekit_vectors(tiny_model_dirs["bert"], max_length=24),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        spladekit_vectors(root), spladekit_vectors(tiny_model_dirs["bert"], max_length=24), atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("section,values,message", [
-    ("init_dict", {"agg": "sum"}, "agg"),
-    ("init_dict", {"model_type_or_dir_q": "other"}, "query encoders"),
-])
+@pytest.mark.parametrize(
+    "section,values,message",
+    [
+        ("init_dict", {"agg": "sum"}, "agg"),
+        ("init_dict", {"model_type_or_dir_q": "other"}, "query encoders"),
+    ],
+)
 def test_naver_unsupported_variants_are_refused(tiny_model_dirs, tmp_path, section, values, message):
     root = naver_experiment(tiny_model_dirs["bert"], tmp_path / "naver", **{section: values})
     with pytest.raises(InputError, match=message) as error:
@@ -168,8 +193,17 @@ def test_naver_unsupported_variants_are_refused(tiny_model_dirs, tmp_path, secti
 
 def test_cli_export_sentence_transformers(tiny_model_dirs, tmp_path, cli):
     out = tmp_path / "st"
-    result = cli("export", tiny_model_dirs["bert"], "--format", "sentence-transformers",
-         "--output", out, "--max-length", MAX_LENGTH, "--json")
+    result = cli(
+        "export",
+        tiny_model_dirs["bert"],
+        "--format",
+        "sentence-transformers",
+        "--output",
+        out,
+        "--max-length",
+        MAX_LENGTH,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["max_length"] == MAX_LENGTH
     expected = spladekit_vectors(tiny_model_dirs["bert"], max_length=MAX_LENGTH)

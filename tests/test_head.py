@@ -10,7 +10,15 @@ import torch
 from spladekit import SparseEncoder
 from spladekit.common.errors import SpladekitError
 from spladekit.model.backbone import is_tied, vocab_projection
-from spladekit.model.head import divide_head, head_norms, parse_k, recommend_mode, rescale, rescale_record, word_position_ratio
+from spladekit.model.head import (
+    divide_head,
+    head_norms,
+    parse_k,
+    recommend_mode,
+    rescale,
+    rescale_record,
+    word_position_ratio,
+)
 from tiny_models import ARCHITECTURES, build_tiny_model
 
 TEXTS = ["what is the capital of france", "paris is the capital city of france on the river seine", "a cat"]
@@ -72,7 +80,9 @@ def test_rescale_bias_and_vectors_follow_the_formula(tiny_model_dirs):
     with torch.no_grad():
         hidden, _ = encoder.head_inputs(batch)
         expected = torch.log1p(torch.relu(hidden[0] @ (weight / 8.0).T + bias / 8.0)).amax(dim=0)
-    assert torch.allclose(torch.from_numpy(encoder.encode(TEXTS[:1], show_progress=False).toarray()[0]), expected, atol=1e-6)
+    assert torch.allclose(
+        torch.from_numpy(encoder.encode(TEXTS[:1], show_progress=False).toarray()[0]), expected, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "abc", None])
@@ -140,8 +150,11 @@ def test_a_rescaling_that_would_overflow_is_refused_and_leaves_the_model_unchang
     encoder = load(tiny_model_dirs["bert"], "bert")
     model = encoder.model
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    with pytest.raises(SpladekitError, match=r"dividing the head by 1e-36 would make its largest row norm .* "
-                                             r"overflow float32 .* the model was left unchanged"):
+    with pytest.raises(
+        SpladekitError,
+        match=r"dividing the head by 1e-36 would make its largest row norm .* "
+        r"overflow float32 .* the model was left unchanged",
+    ):
         rescale(model, 1e-36, mode=mode)
     assert rescale_record(model) is None and is_tied(model)
     after = model.state_dict()
@@ -170,8 +183,7 @@ def test_a_head_already_holding_nan_is_not_rescaled(tiny_model_dirs):
 def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_model_dirs, tmp_path, cli):
 
     output = tmp_path / "rescaled"
-    result = cli("rescale", tiny_model_dirs["bert"], "--k", "1e-36",
-                             "--output", output)
+    result = cli("rescale", tiny_model_dirs["bert"], "--k", "1e-36", "--output", output)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: dividing the head by 1e-36"), result.stderr

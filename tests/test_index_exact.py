@@ -74,7 +74,7 @@ def test_scores_are_scipys_float32_sums_bit_for_bit_at_any_thread_count(threads,
         positive = np.flatnonzero(product[i] > 0)
         expected = positive[np.lexsort((positive, -product[i][positive]))][:30]
         np.testing.assert_array_equal(result.doc_indices[i][: len(expected)], expected)
-        assert (result.doc_indices[i][len(expected):] == -1).all()
+        assert (result.doc_indices[i][len(expected) :] == -1).all()
         np.testing.assert_array_equal(result.scores[i][: len(expected)], product[i][expected])
     assert len(np.unique(product)) < 200  # the ties were there
 
@@ -97,8 +97,9 @@ def test_num_threads_is_a_search_parameter_saved_with_the_index(tmp_path):
     searcher.save(tmp_path / "index")
     loaded = load_index(tmp_path / "index")
     assert loaded.params["num_threads"] == 2
-    np.testing.assert_array_equal(loaded.search(queries, k=4, num_threads=1).doc_indices,
-                                  searcher.search(queries, k=4).doc_indices)
+    np.testing.assert_array_equal(
+        loaded.search(queries, k=4, num_threads=1).doc_indices, searcher.search(queries, k=4).doc_indices
+    )
     with pytest.raises(SpladekitError, match=r"exact parameter num_threads=-1: must be an integer >= 0"):
         searcher.search(queries, num_threads=-1)
     with pytest.raises(SpladekitError, match="exact does not take query_batch at search time"):
@@ -184,7 +185,9 @@ def test_loading_with_the_wrong_backend_class_is_refused(tmp_path):
 
 def test_unknown_backend_or_parameter_is_a_clear_error():
     documents = zipf_matrix(10, 20, 4, seed=7)
-    with pytest.raises(SpladekitError, match="unknown backend .faiss.; choose one of exact, seismic, bmp, pisa, qdrant"):
+    with pytest.raises(
+        SpladekitError, match="unknown backend .faiss.; choose one of exact, seismic, bmp, pisa, qdrant"
+    ):
         build_index(documents, "faiss")
     with pytest.raises(SpladekitError, match="seismic does not take bogus; it takes: n_postings"):
         build_index(documents, "seismic", bogus=1)
@@ -193,8 +196,10 @@ def test_unknown_backend_or_parameter_is_a_clear_error():
 def test_search_in_batches_equals_one_search():
     documents, queries = zipf_matrix(300, 80, 15, seed=8), zipf_matrix(23, 80, 6, seed=9)
     searcher = ExactSearcher.build(documents)
-    whole, batched = searcher.search(queries, k=7), searcher.search_batches(queries, k=7, batch_size=5,
-                                                                             show_progress=False)
+    whole, batched = (
+        searcher.search(queries, k=7),
+        searcher.search_batches(queries, k=7, batch_size=5, show_progress=False),
+    )
     np.testing.assert_array_equal(batched.doc_indices, whole.doc_indices)
     np.testing.assert_array_equal(batched.scores, whole.scores)
 
@@ -214,19 +219,31 @@ def _garble_postings_and_its_checksum(manifest, folder):
 
 
 MANIFEST_DAMAGES = {
-    "empty file list": (lambda m, f: (m.update(files={}), (f / "ids.json").unlink()), "the manifest does not list postings.npz"),
+    "empty file list": (
+        lambda m, f: (m.update(files={}), (f / "ids.json").unlink()),
+        "the manifest does not list postings.npz",
+    ),
     "empty file list, ids present": (lambda m, f: m.update(files={}), "ids.json is not listed in the manifest"),
     "backend file unlisted": (lambda m, f: m["files"].pop("postings.npz"), "the manifest does not list postings.npz"),
     "ids unlisted": (lambda m, f: m["files"].pop("ids.json"), "ids.json is not listed in the manifest"),
     "files a list": (lambda m, f: m.update(files=["postings.npz"]), "'files' must be a JSON object, got a JSON list"),
-    "bytes a string": (lambda m, f: m["files"]["postings.npz"].update(bytes="12"), "bytes must be a non-negative integer"),
+    "bytes a string": (
+        lambda m, f: m["files"]["postings.npz"].update(bytes="12"),
+        "bytes must be a non-negative integer",
+    ),
     "sha256 missing": (lambda m, f: m["files"]["postings.npz"].pop("sha256"), "sha256 must be 64 lowercase hex digits"),
     "file outside the folder": (lambda m, f: m["files"].update({"../x": m["files"]["ids.json"]}), "is not a file name"),
     "vocab_size a string": (lambda m, f: m.update(vocab_size="40"), "'vocab_size' must be an integer, got '40'"),
     "n_docs missing": (lambda m, f: m.pop("n_docs"), "no 'n_docs' in the manifest"),
     "params a list": (lambda m, f: m.update(params=[]), "'params' must be a JSON object"),
-    "param of the wrong type": (lambda m, f: m["params"].update(query_batch="abc"), "stored parameters: exact parameter query_batch=abc"),
-    "garbled listed file": (_garble_postings_and_its_checksum, "corrupt or unreadable exact index (not in the expected format"),
+    "param of the wrong type": (
+        lambda m, f: m["params"].update(query_batch="abc"),
+        "stored parameters: exact parameter query_batch=abc",
+    ),
+    "garbled listed file": (
+        _garble_postings_and_its_checksum,
+        "corrupt or unreadable exact index (not in the expected format",
+    ),
 }
 
 
@@ -246,7 +263,9 @@ def test_index_ids_must_be_ids_a_run_can_carry(tmp_path):
     searcher = ExactSearcher.build(zipf_matrix(3, 40, 8, seed=5))
     searcher.doc_ids = ["d1", "d 2", "d3"]
     searcher.save(tmp_path / "index")
-    with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'index' / 'ids.json'}: id #2 'd 2' contains whitespace")):
+    with pytest.raises(
+        InputError, match=re.escape(f"{tmp_path / 'index' / 'ids.json'}: id #2 'd 2' contains whitespace")
+    ):
         load_index(tmp_path / "index")
 
 
@@ -281,10 +300,19 @@ def test_cli_search_with_k_beyond_the_corpus_writes_every_hit(tmp_path, cli):
     searcher.doc_ids = [f"d{i}" for i in range(25)]
     searcher.save(tmp_path / "index")
     Vectors(queries, ["q0", "q1", "q2"]).save(tmp_path / "queries")
-    result = cli("search", tmp_path / "index", "--query-vectors",
-                             tmp_path / "queries", "--hits", 10**12, "--output", tmp_path / "run.trec")
+    result = cli(
+        "search",
+        tmp_path / "index",
+        "--query-vectors",
+        tmp_path / "queries",
+        "--hits",
+        10**12,
+        "--output",
+        tmp_path / "run.trec",
+    )
     assert result.returncode == 0, result.stderr
     run = Run.read(tmp_path / "run.trec")
     product = (queries @ documents.T).toarray()
     assert {q: len(run.scores.get(q, {})) for q in ("q0", "q1", "q2")} == {
-        f"q{i}": int((product[i] > 0).sum()) for i in range(3)}
+        f"q{i}": int((product[i] > 0).sum()) for i in range(3)
+    }

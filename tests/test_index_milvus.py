@@ -98,8 +98,16 @@ def test_unreachable_server_is_one_error_line(cli, tmp_path):
 
     Vectors(dyadic(20, 30, 0.2, seed=9), [f"d{i}" for i in range(20)], {"model": "x"}).save(tmp_path / "vectors")
     for backend, param in (("milvus", f"uri={UNREACHABLE}"), ("qdrant", f"url={UNREACHABLE}")):
-        result = cli("index", str(tmp_path / "vectors"), "--output", str(tmp_path / backend), "--backend", backend,
-                     "--param", param)
+        result = cli(
+            "index",
+            str(tmp_path / "vectors"),
+            "--output",
+            str(tmp_path / backend),
+            "--backend",
+            backend,
+            "--param",
+            param,
+        )
         assert result.returncode == 2, result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and UNREACHABLE in lines[0], result.stderr

@@ -16,31 +16,66 @@ from spladekit.vectors.artifact import Vectors
 from synthetic_sparse import zipf_matrix
 
 BAD_BUILD = [
-    ("exact", "query_batch", "-5"), ("exact", "query_batch", "0"), ("exact", "query_batch", "abc"),
-    ("exact", "query_batch", "2.5"), ("exact", "query_batch", -5), ("exact", "bogus", "1"),
-    ("seismic", "n_postings", "-1"), ("seismic", "n_postings", 0), ("seismic", "centroid_fraction", "0"),
-    ("seismic", "centroid_fraction", "1.5"), ("seismic", "summary_energy", "nan"), ("seismic", "max_fraction", "0"),
-    ("seismic", "min_cluster_size", "0"), ("seismic", "doc_cut", "x"), ("seismic", "num_threads", "-1"),
-    ("seismic", "query_cut", "0"), ("seismic", "heap_factor", "-0.5"), ("seismic", "heap_factor", "inf"),
-    ("seismic", "heap_factor", math.nan), ("seismic", "bogus", 1),
-    ("bmp", "bsize", "0"), ("bmp", "bsize", "257"), ("bmp", "bsize", "abc"), ("bmp", "compress_range", "maybe"),
-    ("bmp", "alpha", "0"), ("bmp", "alpha", "1.5"), ("bmp", "alpha", "nan"), ("bmp", "beta", "0"),
-    ("bmp", "beta", "-inf"), ("bmp", "beta", "1e999"), ("bmp", "bogus", "1"),
-    ("pisa", "scale", "0"), ("pisa", "scale", "nan"), ("pisa", "scale", "1e5"), ("pisa", "block_size", "0"),
-    ("pisa", "encoding", "zip"), ("pisa", "encoding", ""), ("pisa", "algorithm", "ranked_and"), ("pisa", "threads", "-1"),
+    ("exact", "query_batch", "-5"),
+    ("exact", "query_batch", "0"),
+    ("exact", "query_batch", "abc"),
+    ("exact", "query_batch", "2.5"),
+    ("exact", "query_batch", -5),
+    ("exact", "bogus", "1"),
+    ("seismic", "n_postings", "-1"),
+    ("seismic", "n_postings", 0),
+    ("seismic", "centroid_fraction", "0"),
+    ("seismic", "centroid_fraction", "1.5"),
+    ("seismic", "summary_energy", "nan"),
+    ("seismic", "max_fraction", "0"),
+    ("seismic", "min_cluster_size", "0"),
+    ("seismic", "doc_cut", "x"),
+    ("seismic", "num_threads", "-1"),
+    ("seismic", "query_cut", "0"),
+    ("seismic", "heap_factor", "-0.5"),
+    ("seismic", "heap_factor", "inf"),
+    ("seismic", "heap_factor", math.nan),
+    ("seismic", "bogus", 1),
+    ("bmp", "bsize", "0"),
+    ("bmp", "bsize", "257"),
+    ("bmp", "bsize", "abc"),
+    ("bmp", "compress_range", "maybe"),
+    ("bmp", "alpha", "0"),
+    ("bmp", "alpha", "1.5"),
+    ("bmp", "alpha", "nan"),
+    ("bmp", "beta", "0"),
+    ("bmp", "beta", "-inf"),
+    ("bmp", "beta", "1e999"),
+    ("bmp", "bogus", "1"),
+    ("pisa", "scale", "0"),
+    ("pisa", "scale", "nan"),
+    ("pisa", "scale", "1e5"),
+    ("pisa", "block_size", "0"),
+    ("pisa", "encoding", "zip"),
+    ("pisa", "encoding", ""),
+    ("pisa", "algorithm", "ranked_and"),
+    ("pisa", "threads", "-1"),
     ("pisa", "bogus", "1"),
-    ("qdrant", "batch_size", "0"), ("qdrant", "collection", ""), ("qdrant", "recreate", "2"),
+    ("qdrant", "batch_size", "0"),
+    ("qdrant", "collection", ""),
+    ("qdrant", "recreate", "2"),
     ("qdrant", "bogus", "1"),
-    ("milvus", "batch_size", "0"), ("milvus", "collection", ""), ("milvus", "recreate", "2"), ("milvus", "uri", "./x.db"),
-    ("milvus", "uri", "localhost:19530"), ("milvus", "bogus", "1"),
+    ("milvus", "batch_size", "0"),
+    ("milvus", "collection", ""),
+    ("milvus", "recreate", "2"),
+    ("milvus", "uri", "./x.db"),
+    ("milvus", "uri", "localhost:19530"),
+    ("milvus", "bogus", "1"),
 ]
 
 
 @pytest.mark.parametrize("backend, name, value", BAD_BUILD, ids=lambda x: str(x))
 def test_bad_build_parameter_is_one_clear_line_before_any_work(backend, name, value):
     """``documents=None``: any work on them would fail otherwise, so the message proves the check came first."""
-    for build in (lambda: build_index(None, backend, **{name: value}),
-                  lambda: BACKENDS[backend].build(None, **{name: value})):
+    for build in (
+        lambda: build_index(None, backend, **{name: value}),
+        lambda: BACKENDS[backend].build(None, **{name: value}),
+    ):
         with pytest.raises(SpladekitError) as caught:
             build()
         message = str(caught.value)
@@ -71,8 +106,10 @@ def test_command_line_strings_are_typed_by_the_declarations():
     assert typed == {"bsize": 64, "compress_range": True, "alpha": 0.5, "beta": 1.0}
     assert type(typed["beta"]) is float
     assert BACKENDS["qdrant"].check_params({"url": None, "recreate": "no"}) == {"url": None, "recreate": False}
-    assert build_index(zipf_matrix(10, 20, 4, seed=1), "exact", query_batch="3").params == {"query_batch": 3,
-                                                                                          "num_threads": 0}
+    assert build_index(zipf_matrix(10, 20, 4, seed=1), "exact", query_batch="3").params == {
+        "query_batch": 3,
+        "num_threads": 0,
+    }
 
 
 def test_search_parameters_are_checked_and_build_ones_refused_at_search_time():
@@ -107,8 +144,9 @@ def test_cli_index_refuses_a_bad_parameter_with_one_line_and_writes_nothing(tmp_
     assert result.stderr.splitlines() == ["error: exact parameter query_batch=-5: must be an integer >= 1"]
     assert not (tmp_path / "index").exists() and result.stdout == ""
     # checked before the vectors are read: a missing vectors folder is not what gets reported
-    result = cli("index", tmp_path / "missing", "--output", tmp_path / "index", "--backend", "bmp",
-                       "--param", "bsize=0")
+    result = cli(
+        "index", tmp_path / "missing", "--output", tmp_path / "index", "--backend", "bmp", "--param", "bsize=0"
+    )
     assert result.returncode == 2 and "bsize=0" in result.stderr and not (tmp_path / "index").exists()
 
 
@@ -116,12 +154,28 @@ def test_cli_search_and_evaluate_check_parameters_before_loading_queries_or_mode
     searcher = ExactSearcher.build(sp.csr_matrix(np.eye(4, dtype=np.float32)))
     searcher.doc_ids = ["a", "b", "c", "d"]
     searcher.save(tmp_path / "index")
-    result = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "missing", "--output",
-                       tmp_path / "run.trec", "--param", "heap_factor=0.5")
+    result = cli(
+        "search",
+        tmp_path / "index",
+        "--query-vectors",
+        tmp_path / "missing",
+        "--output",
+        tmp_path / "run.trec",
+        "--param",
+        "heap_factor=0.5",
+    )
     assert result.returncode == 2 and "exact does not take heap_factor at search time" in result.stderr
     assert not (tmp_path / "run.trec").exists()
-    result = cli("evaluate", tmp_path / "no-model", "--data", tmp_path / "no-data", "--backend", "seismic",
-                       "--param", "n_postings=-1")
+    result = cli(
+        "evaluate",
+        tmp_path / "no-model",
+        "--data",
+        tmp_path / "no-data",
+        "--backend",
+        "seismic",
+        "--param",
+        "n_postings=-1",
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines() == ["error: seismic parameter n_postings=-1: must be an integer >= 1"]
 

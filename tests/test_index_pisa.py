@@ -30,7 +30,9 @@ def coarse(matrix: sp.csr_matrix, levels: int) -> sp.csr_matrix:
     return matrix
 
 
-def brute_force(documents: sp.csr_matrix, queries: sp.csr_matrix, scale: float, k: int) -> list[tuple[list, np.ndarray]]:
+def brute_force(
+    documents: sp.csr_matrix, queries: sp.csr_matrix, scale: float, k: int
+) -> list[tuple[list, np.ndarray]]:
     """Top-k rows and integer scores of ``round(q·scale) · round(d·scale)``, best first, ties by row."""
     scores = (quantize(queries, scale).astype(np.int64) @ quantize(documents, scale).astype(np.int64).T).tocsr()
     hits = []
@@ -108,8 +110,9 @@ def test_build_from_blocks_streams_without_stacking(tied, monkeypatch):
     np.testing.assert_array_equal(streamed.search(queries, k=20).doc_indices, whole.search(queries, k=20).doc_indices)
     assert_equals_brute_force(streamed, documents, queries, 20)
     monkeypatch.setattr(pisa, "BUILD_ROWS", 33)  # build() slices one matrix the same way
-    np.testing.assert_array_equal(PisaSearcher.build(documents).search(queries, k=20).doc_indices,
-                                  whole.search(queries, k=20).doc_indices)
+    np.testing.assert_array_equal(
+        PisaSearcher.build(documents).search(queries, k=20).doc_indices, whole.search(queries, k=20).doc_indices
+    )
 
 
 def test_blocks_from_two_vocabularies_are_refused():
@@ -131,9 +134,11 @@ def test_a_larger_scale_tracks_the_float_scores_closer():
 def test_threads_and_encodings_do_not_change_the_result(tied):
     documents, queries = tied
     reference = PisaSearcher.build(documents).search(queries, k=10)
-    for searcher, params in ((PisaSearcher.build(documents, encoding="ef"), {}),
-                             (PisaSearcher.build(documents, encoding="block_streamvbyte"), {"threads": 2}),
-                             (PisaSearcher.build(documents), {"threads": 0, "algorithm": "block_max_wand"})):
+    for searcher, params in (
+        (PisaSearcher.build(documents, encoding="ef"), {}),
+        (PisaSearcher.build(documents, encoding="block_streamvbyte"), {"threads": 2}),
+        (PisaSearcher.build(documents), {"threads": 0, "algorithm": "block_max_wand"}),
+    ):
         result = searcher.search(queries, k=10, **params)
         np.testing.assert_array_equal(result.doc_indices, reference.doc_indices)
         np.testing.assert_array_equal(result.scores, reference.scores)
@@ -163,13 +168,18 @@ def test_bad_parameters_are_refused_before_any_work(tied):
 
 def test_index_folder_round_trip_lists_every_file(tied, tmp_path):
     documents, queries = tied
-    searcher = PisaSearcher.build(documents, scale=50, block_size=32, encoding="block_optpfor",
-                                  algorithm="block_max_wand")
+    searcher = PisaSearcher.build(
+        documents, scale=50, block_size=32, encoding="block_optpfor", algorithm="block_max_wand"
+    )
     searcher.save(tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
     assert manifest["params"]["scale"] == 50 and manifest["params"]["algorithm"] == "block_max_wand"
-    assert set(manifest["files"]) == {"fwd.termlex", "fwd.doclex", "quantized.q0.bmw.32",
-                                      "quantized.q0.bmw.32.block_optpfor"}
+    assert set(manifest["files"]) == {
+        "fwd.termlex",
+        "fwd.doclex",
+        "quantized.q0.bmw.32",
+        "quantized.q0.bmw.32.block_optpfor",
+    }
     assert sorted(os.listdir(tmp_path / "index")) == sorted([*manifest["files"], "manifest.json"])
     loaded = load_index(tmp_path / "index")
     assert type(loaded) is PisaSearcher and loaded.params == searcher.params
@@ -191,12 +201,23 @@ def test_cli_index_and_search(tied, tmp_path, cli):
     documents, queries = tied
     Vectors(documents, [f"d{i}" for i in range(400)]).save(tmp_path / "vectors")
     Vectors(queries, [f"q{i}" for i in range(30)]).save(tmp_path / "queries")
-    result = cli("index", tmp_path / "vectors", "-o", tmp_path / "index", "--backend", "pisa", "--param", "scale=100",
-                 "--json")
+    result = cli(
+        "index", tmp_path / "vectors", "-o", tmp_path / "index", "--backend", "pisa", "--param", "scale=100", "--json"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["params"]["scale"] == 100
-    result = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "queries", "--hits", "10", "--param",
-                 "algorithm=block_max_maxscore", "--output", tmp_path / "run.trec")
+    result = cli(
+        "search",
+        tmp_path / "index",
+        "--query-vectors",
+        tmp_path / "queries",
+        "--hits",
+        "10",
+        "--param",
+        "algorithm=block_max_maxscore",
+        "--output",
+        tmp_path / "run.trec",
+    )
     assert result.returncode == 0, result.stderr
     lines = [line.split() for line in (tmp_path / "run.trec").read_text().splitlines()]
     expected = brute_force(documents, queries, 100.0, 10)
@@ -219,9 +240,23 @@ def test_native_logging_stays_off_stdout_and_stderr(tmp_path, capfd, caplog):
 
 def test_index_json_stdout_is_clean_in_a_separate_process(tmp_path):
     Vectors(zipf_matrix(50, 80, 8, seed=51), [f"d{i}" for i in range(50)]).save(tmp_path / "vectors")
-    done = subprocess.run([sys.executable, "-m", "spladekit", "index", str(tmp_path / "vectors"), "-o",
-                           str(tmp_path / "index"), "--backend", "pisa", "--json"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "index",
+            str(tmp_path / "vectors"),
+            "-o",
+            str(tmp_path / "index"),
+            "--backend",
+            "pisa",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["backend"] == "pisa"
     assert "[info]" not in done.stdout + done.stderr

@@ -91,8 +91,17 @@ def test_cli_export_qdrant_local_storage(tmp_path, cli):
 
     documents = dyadic(50, 30, 0.2, seed=8)
     Vectors(documents, [f"d{i}" for i in range(50)], {"model": "x"}).save(tmp_path / "vectors")
-    result = cli("export", tmp_path / "vectors", "--format",
-                             "qdrant", "--qdrant-path", tmp_path / "qdrant", "--collection", "docs", "--json")
+    result = cli(
+        "export",
+        tmp_path / "vectors",
+        "--format",
+        "qdrant",
+        "--qdrant-path",
+        tmp_path / "qdrant",
+        "--collection",
+        "docs",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["points"] == 50
     from qdrant_client import QdrantClient

@@ -64,8 +64,9 @@ def test_query_vectors_are_the_table_entries_of_the_distinct_tokens(free_model):
     repeated = vectors[1].toarray()[0]
     assert repeated[token_id("capital")] == table[token_id("capital")]
     assert all(vectors[:, token_id(special)].nnz == 0 for special in ("[CLS]", "[SEP]"))
-    long = free_model.encode_query([" ".join(["paris", "seine", "cat", "dog", "fox", "mat", "river", "city"])],
-                                   show_progress=False)
+    long = free_model.encode_query(
+        [" ".join(["paris", "seine", "cat", "dog", "fox", "mat", "river", "city"])], show_progress=False
+    )
     assert long.nnz == 6  # truncated at query_max_length tokens
 
 
@@ -89,15 +90,18 @@ def test_max_active_dims_keeps_the_heaviest_weights(free_model):
 
 def test_encode_is_the_document_side(free_model):
     documents = free_model.encode(SAMPLE_TEXTS, show_progress=False)
-    np.testing.assert_array_equal(documents.toarray(),
-                                  free_model.document_encoder.encode(SAMPLE_TEXTS, show_progress=False).toarray())
+    np.testing.assert_array_equal(
+        documents.toarray(), free_model.document_encoder.encode(SAMPLE_TEXTS, show_progress=False).toarray()
+    )
 
 
 @pytest.mark.parametrize("method", ["encode", "encode_query", "encode_document"])
 def test_one_string_is_one_text(free_model, method):
     one = getattr(free_model, method)(SAMPLE_TEXTS[0], show_progress=False)
     assert one.shape == (1, free_model.vocab_size)  # not one row per character
-    np.testing.assert_array_equal(one.toarray(), getattr(free_model, method)([SAMPLE_TEXTS[0]], show_progress=False).toarray())
+    np.testing.assert_array_equal(
+        one.toarray(), getattr(free_model, method)([SAMPLE_TEXTS[0]], show_progress=False).toarray()
+    )
 
 
 def test_save_and_load_round_trip(free_model, tmp_path):
@@ -108,10 +112,15 @@ def test_save_and_load_round_trip(free_model, tmp_path):
     loaded = load_model(folder)
     assert isinstance(loaded, InferenceFreeEncoder) and is_inference_free(folder)
     torch.testing.assert_close(loaded.query_weights.detach(), free_model.query_weights.detach())
-    np.testing.assert_array_equal(loaded.encode_query(QUERIES, show_progress=False).toarray(),
-                                  free_model.encode_query(QUERIES, show_progress=False).toarray())
-    np.testing.assert_allclose(loaded.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
-                               free_model.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(), atol=1e-6)
+    np.testing.assert_array_equal(
+        loaded.encode_query(QUERIES, show_progress=False).toarray(),
+        free_model.encode_query(QUERIES, show_progress=False).toarray(),
+    )
+    np.testing.assert_allclose(
+        loaded.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
+        free_model.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
+        atol=1e-6,
+    )
     with pytest.raises(SpladekitError, match="exists"):
         free_model.save(folder)
     free_model.save(folder, overwrite=True)
@@ -153,8 +162,9 @@ def test_training_changes_the_table_and_the_document_encoder(tiny_bert, triplets
     backbone = SparseEncoder.from_pretrained(tiny_bert)
     from spladekit.data.training import load_training_set
 
-    initial = idf_weights(backbone.tokenizer, load_training_set(config.data).document_texts(), backbone.vocab_size,
-                          show_progress=False)
+    initial = idf_weights(
+        backbone.tokenizer, load_training_set(config.data).document_texts(), backbone.vocab_size, show_progress=False
+    )
     table = trained.query_weights.detach()
     if frozen:
         torch.testing.assert_close(table, initial)
@@ -208,8 +218,9 @@ def test_router_round_trip_gives_identical_vectors_and_rankings(free_model, tmp_
     reloaded = load_model(folder)  # and back into spladekit
     assert isinstance(reloaded, InferenceFreeEncoder) and reloaded.query_max_length == free_model.query_max_length
     np.testing.assert_allclose(reloaded.encode_query(QUERIES, show_progress=False).toarray(), ours_queries, atol=1e-6)
-    np.testing.assert_allclose(reloaded.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(), ours_documents,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        reloaded.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(), ours_documents, atol=1e-6
+    )
 
 
 def test_router_with_other_routes_is_refused(free_model, tmp_path):
@@ -241,8 +252,9 @@ def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["query_max_length"] == 6
-    queries = free_model.encode_query([json.loads(line)["text"] for line in (data / "queries.jsonl").open()],
-                                      show_progress=False)
+    queries = free_model.encode_query(
+        [json.loads(line)["text"] for line in (data / "queries.jsonl").open()], show_progress=False
+    )
     assert payload["avg_q_nnz"] == pytest.approx(np.diff(queries.indptr).mean())
     exported = cli("export", folder, "--format", "sentence-transformers", "--output", tmp_path / "st")
     assert exported.returncode == 0, exported.stderr

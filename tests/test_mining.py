@@ -57,23 +57,26 @@ def negatives_of(path: Path, query: str) -> list[str]:
 
 def test_rank_range_is_one_based_and_inclusive_and_positives_are_never_negatives(collection, tmp_path):
     out = tmp_path / "t.tsv"
-    summary = mine_training_data(collection, out, settings=MiningSettings(negatives=10, rank_range=(2, 4)),
-                                 show_progress=False)
+    summary = mine_training_data(
+        collection, out, settings=MiningSettings(negatives=10, rank_range=(2, 4)), show_progress=False
+    )
     assert sorted(negatives_of(out, QUERIES["q1"])) == ["n2", "n3", "n4"]
     assert negatives_of(out, QUERIES["q2"]) == ["x2"]
     assert summary["queries"] == 2 and summary["lines"] == 4
     assert summary["queries_without_positive"] == 1  # q3: judged, but nothing relevant
     # rank 1 is each query's positive: excluded, no candidate left, and an empty output is an error
     with pytest.raises(SpladekitError, match="no query has a candidate negative in ranks 1:1"):
-        mine_training_data(collection, tmp_path / "top.tsv", settings=MiningSettings(rank_range=(1, 1)),
-                           show_progress=False)
+        mine_training_data(
+            collection, tmp_path / "top.tsv", settings=MiningSettings(rank_range=(1, 1)), show_progress=False
+        )
     assert not (tmp_path / "top.tsv").exists()
 
 
 def test_zero_score_hits_are_not_candidates_and_short_pairs_are_counted(collection, tmp_path):
     out = tmp_path / "t.tsv"
-    summary = mine_training_data(collection, out, settings=MiningSettings(negatives=10, rank_range=(1, 8)),
-                                 show_progress=False)
+    summary = mine_training_data(
+        collection, out, settings=MiningSettings(negatives=10, rank_range=(1, 8)), show_progress=False
+    )
     assert sorted(negatives_of(out, QUERIES["q1"])) == ["n2", "n3", "n4", "n5"]  # x1 shares no term
     assert negatives_of(out, QUERIES["q2"]) == ["x2"]
     assert summary["short"] == 2 and summary["lines"] == 5
@@ -81,8 +84,12 @@ def test_zero_score_hits_are_not_candidates_and_short_pairs_are_counted(collecti
 
 def test_exclude_judged_also_removes_documents_judged_not_relevant(collection, tmp_path):
     out = tmp_path / "t.tsv"
-    mine_training_data(collection, out, settings=MiningSettings(negatives=10, rank_range=(1, 8), exclude_judged=True),
-                       show_progress=False)
+    mine_training_data(
+        collection,
+        out,
+        settings=MiningSettings(negatives=10, rank_range=(1, 8), exclude_judged=True),
+        show_progress=False,
+    )
     assert sorted(negatives_of(out, QUERIES["q1"])) == ["n3", "n4", "n5"]
 
 
@@ -93,13 +100,19 @@ def test_texts_with_tabs_and_line_breaks_stay_one_tsv_field(collection, tmp_path
     assert "Title with tab alpha lambda mu nu" in out.read_text()
     training = load_training_set(DataConfig(path=str(out)))
     assert {(group.query, group.positive) for group in training.groups} == {
-        (QUERIES["q1"], "alpha beta gamma delta"), (QUERIES["q2"], "tau upsilon phi chi")}
+        (QUERIES["q1"], "alpha beta gamma delta"),
+        (QUERIES["q2"], "tau upsilon phi chi"),
+    }
 
 
 def test_draws_depend_on_the_seed_only(collection, tmp_path):
     def mined(seed: int, name: str) -> list[str]:
-        mine_training_data(collection, tmp_path / name, settings=MiningSettings(negatives=2, rank_range=(1, 8), seed=seed),
-                           show_progress=False)
+        mine_training_data(
+            collection,
+            tmp_path / name,
+            settings=MiningSettings(negatives=2, rank_range=(1, 8), seed=seed),
+            show_progress=False,
+        )
         return negatives_of(tmp_path / name, QUERIES["q1"])
 
     first = mined(1, "a.tsv")
@@ -111,8 +124,13 @@ def test_draws_depend_on_the_seed_only(collection, tmp_path):
 
 def test_hard_negatives_layout_is_what_train_reads(collection, tmp_path):
     out = tmp_path / "hn"
-    summary = mine_training_data(collection, out, layout="hard_negatives",
-                                 settings=MiningSettings(negatives=3, rank_range=(1, 8)), show_progress=False)
+    summary = mine_training_data(
+        collection,
+        out,
+        layout="hard_negatives",
+        settings=MiningSettings(negatives=3, rank_range=(1, 8)),
+        show_progress=False,
+    )
     records = [json.loads(line) for line in (out / HARD_NEGATIVES_FILE).read_text().splitlines()]
     assert [record["qid"] for record in records] == ["q1", "q2"]
     first = records[0]
@@ -122,11 +140,17 @@ def test_hard_negatives_layout_is_what_train_reads(collection, tmp_path):
     named = {doc for record in records for doc in record["pos"] + record["neg"]["bm25"]}
     assert {json.loads(line)["_id"] for line in (out / CORPUS_FILE).read_text().splitlines()} == named
     assert json.loads((out / "mining.json").read_text())["lines"] == 2
-    data = DataConfig(format="hard_negatives", path=str(out / HARD_NEGATIVES_FILE), queries=str(out / QUERIES_FILE),
-                      collection=str(out / CORPUS_FILE))
+    data = DataConfig(
+        format="hard_negatives",
+        path=str(out / HARD_NEGATIVES_FILE),
+        queries=str(out / QUERIES_FILE),
+        collection=str(out / CORPUS_FILE),
+    )
     training = load_training_set(data)
     assert {(group.query, group.positive, group.negatives) for group in training.groups} == {
-        ("q1", "p1", tuple(first["neg"]["bm25"])), ("q2", "p2", ("x2",))}
+        ("q1", "p1", tuple(first["neg"]["bm25"])),
+        ("q2", "p2", ("x2",)),
+    }
     assert training.documents["n5"] == "Title\twith tab alpha lambda mu\nnu"  # JSONL keeps texts as they are
     assert summary["train_settings"][0] == "data.format=hard_negatives"
 
@@ -137,9 +161,16 @@ def test_a_model_mines_its_own_ranking(collection, tmp_path, tiny_model_dirs, mo
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     model = tiny_model_dirs["bert"]
     out = tmp_path / "hn"
-    mine_training_data(collection, out, layout="hard_negatives",
-                       settings=MiningSettings(negatives=8, rank_range=(1, 3), model=str(model)), show_progress=False)
-    records = {json.loads(line)["qid"]: json.loads(line) for line in (out / HARD_NEGATIVES_FILE).read_text().splitlines()}
+    mine_training_data(
+        collection,
+        out,
+        layout="hard_negatives",
+        settings=MiningSettings(negatives=8, rank_range=(1, 3), model=str(model)),
+        show_progress=False,
+    )
+    records = {
+        json.loads(line)["qid"]: json.loads(line) for line in (out / HARD_NEGATIVES_FILE).read_text().splitlines()
+    }
     encoder = SparseEncoder.from_pretrained(model)
     ids = list(DOCS)
     documents = encoder.encode([f"{t} {x}".strip() for t, x in DOCS.values()], show_progress=False)
@@ -168,10 +199,15 @@ def test_parse_rank_range_refuses(text):
         parse_rank_range(text)
 
 
-@pytest.mark.parametrize("settings, message", [(MiningSettings(rank_range=(0, 10)), "1 <= A <= B"),
-                                               (MiningSettings(rank_range=(5, 4)), "1 <= A <= B"),
-                                               (MiningSettings(negatives=0), "negatives"),
-                                               (MiningSettings(b=2.0), "0 <= b <= 1")])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (MiningSettings(rank_range=(0, 10)), "1 <= A <= B"),
+        (MiningSettings(rank_range=(5, 4)), "1 <= A <= B"),
+        (MiningSettings(negatives=0), "negatives"),
+        (MiningSettings(b=2.0), "0 <= b <= 1"),
+    ],
+)
 def test_bad_settings_are_refused_before_anything(settings, message, collection, tmp_path):
     with pytest.raises(SpladekitError, match=message):
         mine_training_data(collection, tmp_path / "t.tsv", settings=settings, show_progress=False)

@@ -37,9 +37,15 @@ def test_card_with_training_and_evaluation(tiny_model_dirs, tmp_path):
     encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     initial = head_norms(encoder.model)
     training = {"loss": "infonce", "steps": 200, "lambda_d": 1e-3, "initial_head_norms": initial}
-    evaluation = [EvaluationResult("scifact", ("nDCG@10", "RR@10"), {"nDCG@10": 0.6112, "RR@10": 0.58},
-                                   efficiency={"flops": 2.5, "avg_q_nnz": 20.0, "avg_d_nnz": 100.0}),
-                  EvaluationResult("cisi", ("nDCG@10",), {"nDCG@10": 0.312})]
+    evaluation = [
+        EvaluationResult(
+            "scifact",
+            ("nDCG@10", "RR@10"),
+            {"nDCG@10": 0.6112, "RR@10": 0.58},
+            efficiency={"flops": 2.5, "avg_q_nnz": 20.0, "avg_d_nnz": 100.0},
+        ),
+        EvaluationResult("cisi", ("nDCG@10",), {"nDCG@10": 0.312}),
+    ]
     card = write_model_card(tmp_path, encoder, training=training, evaluation=evaluation).read_text()
     assert "| head norm | initial | final |" in card
     assert f"| frobenius_norm | {initial['frobenius_norm']:.4g} | {initial['frobenius_norm']:.4g} |" in card

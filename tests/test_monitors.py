@@ -46,11 +46,14 @@ def test_resume_keeps_the_history_up_to_the_checkpoint(tmp_path):
     assert read_metrics(tmp_path) == [*RECORDS[:2], {"step": 3, "loss": 0.25}]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("[1, 2]", "metrics.jsonl:2: a record must be a JSON object, got a JSON list"),
-    ('{"loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got null"),
-    ('{"step": "2", "loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got '2'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("[1, 2]", "metrics.jsonl:2: a record must be a JSON object, got a JSON list"),
+        ('{"loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got null"),
+        ('{"step": "2", "loss": 0.5}', "metrics.jsonl:2: 'step' must be an integer, got '2'"),
+    ],
+)
 def test_records_of_the_wrong_shape_are_refused_with_their_line(tmp_path, line, message):
     write_lines(tmp_path, [json.dumps(RECORDS[0]), line])
     with pytest.raises(InputError, match=re.escape(message)):

@@ -117,7 +117,9 @@ def test_property_fused_equals_naive_on_random_shapes(batch, length, vocab, chun
     bias = torch.randn(vocab, generator=generator, dtype=torch.float64)
     mask = (torch.rand(batch, length, generator=generator) > 0.3).long()
     grad_output = torch.randn(batch, vocab, generator=generator, dtype=torch.float64)
-    (naive, naive_grads), (fused, fused_grads) = naive_and_fused_grads(hidden, weight, bias, mask, chunk_size, grad_output)
+    (naive, naive_grads), (fused, fused_grads) = naive_and_fused_grads(
+        hidden, weight, bias, mask, chunk_size, grad_output
+    )
     torch.testing.assert_close(fused, naive, rtol=0, atol=1e-12)
     for fused_grad, naive_grad in zip(fused_grads, naive_grads):
         torch.testing.assert_close(fused_grad, naive_grad, rtol=0, atol=1e-12)
@@ -133,7 +135,9 @@ def test_frozen_weight_and_constant_hidden_get_no_gradient():
     hidden.requires_grad_()
     weight.requires_grad_(False)
     (grad_hidden,) = torch.autograd.grad(splade_max_pool_fused(hidden, weight, None, mask).sum(), [hidden])
-    torch.testing.assert_close(grad_hidden, torch.autograd.grad(splade_max_pool(hidden, weight, None, mask).sum(), [hidden])[0])
+    torch.testing.assert_close(
+        grad_hidden, torch.autograd.grad(splade_max_pool(hidden, weight, None, mask).sum(), [hidden])[0]
+    )
 
 
 def test_padding_never_changes_a_text_vector():
@@ -153,7 +157,10 @@ def test_bf16_screen_gives_exact_values_and_gradients():
     hidden[1, -1] = 0.0
     grad_output = torch.randn(4, 300, generator=torch.Generator().manual_seed(2))
     results = []
-    for pool in (splade_max_pool, lambda *args: splade_max_pool_fused(*args, chunk_size=64, search_dtype=torch.bfloat16)):
+    for pool in (
+        splade_max_pool,
+        lambda *args: splade_max_pool_fused(*args, chunk_size=64, search_dtype=torch.bfloat16),
+    ):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         out = pool(h, w, bias, mask)
         results.append((out.detach(), torch.autograd.grad(out, [h, w], grad_output)))
@@ -164,8 +171,9 @@ def test_bf16_screen_gives_exact_values_and_gradients():
     for screened_grad, naive_grad in zip(screened_grads, naive_grads):
         torch.testing.assert_close(screened_grad, naive_grad, rtol=1e-5, atol=1e-5)
     with torch.inference_mode():
-        torch.testing.assert_close(splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.bfloat16), naive,
-                                   rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.bfloat16), naive, rtol=0, atol=1e-5
+        )
 
 
 def fp32_naive_reference(hidden, weight, bias, mask, grad_output):
@@ -199,8 +207,9 @@ def clear_winner_inputs(batch=4, length=9, width=8, vocab=60, seed=0):
 @pytest.mark.parametrize("search_dtype", [None, torch.bfloat16])
 def test_half_precision_inputs_match_the_fp32_reference_without_nan(dtype, search_dtype):
     """The padding sentinel must be finite in the matmul's dtype: fp16 tops out at 65,504."""
-    hidden, weight, bias, mask = (tensor.to(dtype) if tensor.is_floating_point() else tensor
-                                  for tensor in clear_winner_inputs())
+    hidden, weight, bias, mask = (
+        tensor.to(dtype) if tensor.is_floating_point() else tensor for tensor in clear_winner_inputs()
+    )
     grad_output = torch.randn(4, 60, generator=torch.Generator().manual_seed(3)).to(dtype)
     reference, reference_grads = fp32_naive_reference(hidden, weight, bias, mask, grad_output)
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
@@ -231,7 +240,9 @@ def test_bf16_winner_routing_beyond_256_texts_and_tokens():
     grad_output = torch.randn(batch, vocab, generator=generator).to(torch.bfloat16)
     winners = (hidden.float() @ weight.float().T).argmax(dim=1)
     assert torch.equal(winners, position.unsqueeze(1).expand(batch, vocab))
-    reference, (reference_grad_hidden, reference_grad_weight) = fp32_naive_reference(hidden, weight, bias, mask, grad_output)
+    reference, (reference_grad_hidden, reference_grad_weight) = fp32_naive_reference(
+        hidden, weight, bias, mask, grad_output
+    )
     for search_dtype in (None, torch.bfloat16):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         fused = splade_max_pool_fused(h, w, bias, mask, chunk_size=5, search_dtype=search_dtype)
@@ -249,9 +260,17 @@ def test_unknown_pooling_and_bad_chunk_size_are_refused(tiny_model_dirs):
         splade_max_pool_fused(hidden, weight, bias, mask, chunk_size=0)
 
 
-@pytest.mark.parametrize(("width", "tokens", "expected"), [
-    (128, 8 * 256, 2048), (128, 32 * 256, 512), (768, 8 * 256, 8192), (768, 32 * 256, 2048),
-    (128, 128 * 512, 512), (32, 1, 2**20)])
+@pytest.mark.parametrize(
+    ("width", "tokens", "expected"),
+    [
+        (128, 8 * 256, 2048),
+        (128, 32 * 256, 512),
+        (768, 8 * 256, 8192),
+        (768, 32 * 256, 2048),
+        (128, 128 * 512, 512),
+        (32, 1, 2**20),
+    ],
+)
 def test_default_chunk_size_examples(width, tokens, expected):
     assert default_chunk_size(width, tokens) == expected
 
@@ -325,8 +344,12 @@ def test_one_adamw_step_gives_the_same_parameters(arch, tiny_model_dirs):
 
 @pytest.mark.parametrize("pooling", ["fused", "fused-bf16"])
 def test_encoded_vectors_equal_the_naive_path(pooling, tiny_model_dirs):
-    naive = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling="naive").encode(TEXTS, batch_size=2, show_progress=False)
-    other = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling=pooling).encode(TEXTS, batch_size=2, show_progress=False)
+    naive = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling="naive").encode(
+        TEXTS, batch_size=2, show_progress=False
+    )
+    other = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling=pooling).encode(
+        TEXTS, batch_size=2, show_progress=False
+    )
     assert naive.nnz > 0
     assert np.abs((other - naive).toarray()).max() <= 1e-3
     assert np.array_equal(other.toarray() > 0, naive.toarray() > 0)
@@ -340,7 +363,9 @@ def test_real_model_on_scifact_fused_and_bf16_match_naive():
         rows = [json.loads(next(lines)) for _ in range(12)]
     docs = [f"{row['title']} {row['text']}" for row in rows]
     vectors = {
-        pooling: SparseEncoder.from_pretrained(model, pooling=pooling).encode(docs, batch_size=6, show_progress=False).toarray()
+        pooling: SparseEncoder.from_pretrained(model, pooling=pooling)
+        .encode(docs, batch_size=6, show_progress=False)
+        .toarray()
         for pooling in ("naive", "fused", "fused-bf16")
     }
     naive = vectors["naive"]
@@ -378,8 +403,9 @@ def test_the_probe_rejects_a_matmul_that_accumulates_in_bf16():
         return total
 
     assert not screen_is_sound(torch.device("cpu"), torch.bfloat16, 130, product=bf16_accumulation)
-    assert screen_is_sound(torch.device("cpu"), torch.bfloat16, 130,
-                           product=lambda left, right: (left.float() @ right.float()).bfloat16())
+    assert screen_is_sound(
+        torch.device("cpu"), torch.bfloat16, 130, product=lambda left, right: (left.float() @ right.float()).bfloat16()
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -393,8 +419,9 @@ def test_the_bound_covers_every_bf16_logit(scale, cancel, seed):
     hidden = scale * torch.randn(batch, length, width, generator=generator)
     weight = torch.randn(vocab, width, generator=generator)
     if cancel:  # h_t · W_v = a − a' with a ≈ a' large: the bf16 rounding of the inputs dominates
-        hidden[..., width // 2 :] = hidden[..., : width // 2] * (1 + 1e-3 * torch.randn(batch, length, width // 2,
-                                                                                      generator=generator))
+        hidden[..., width // 2 :] = hidden[..., : width // 2] * (
+            1 + 1e-3 * torch.randn(batch, length, width // 2, generator=generator)
+        )
         weight[:, width // 2 :] = -weight[:, : width // 2]
     bias = torch.randn(vocab, generator=generator)
     mask = torch.ones(batch, length, dtype=torch.long)
@@ -426,8 +453,12 @@ def exact_arithmetic_inputs(data, scale_power):
     exact (up to 10 significant bits). Adversarial: a head scaled by 2^scale_power, exact ties (repeated
     tokens), bias-only terms (W_v = 0) and max logits of exactly −1, 0, +1 units (text 0) against
     products of up to 2^20 units."""
-    batch, length, width, vocab = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 6)),
-                                   data.draw(st.integers(1, 6)), data.draw(st.integers(1, 24)))
+    batch, length, width, vocab = (
+        data.draw(st.integers(1, 3)),
+        data.draw(st.integers(1, 6)),
+        data.draw(st.integers(1, 6)),
+        data.draw(st.integers(1, 24)),
+    )
     seed = data.draw(st.integers(0, 2**16))
     generator = torch.Generator().manual_seed(seed)
     hidden_units = torch.randint(-1023, 1024, (batch, length, width), generator=generator).double()
@@ -455,13 +486,18 @@ def exact_arithmetic_inputs(data, scale_power):
 
 
 @settings(max_examples=40, deadline=None)
-@given(data=st.data(), scale_power=st.sampled_from([-7, 0, 7]), chunk_size=st.integers(1, 8),
-       recompute_limit=st.sampled_from([0.0, 1.0]))
+@given(
+    data=st.data(),
+    scale_power=st.sampled_from([-7, 0, 7]),
+    chunk_size=st.integers(1, 8),
+    recompute_limit=st.sampled_from([0.0, 1.0]),
+)
 def test_property_screened_equals_fp32_bitwise_on_exact_inputs(data, scale_power, chunk_size, recompute_limit):
     """Both ways out of the screen (recompute the candidates; too many candidates: the fp32 pass)."""
     hidden, weight, bias, mask, grad_output = exact_arithmetic_inputs(data, scale_power)
-    (fp32, fp32_grads), (screened, screened_grads) = screened_and_fp32(hidden, weight, bias, mask, grad_output,
-                                                                       chunk_size, recompute_limit)
+    (fp32, fp32_grads), (screened, screened_grads) = screened_and_fp32(
+        hidden, weight, bias, mask, grad_output, chunk_size, recompute_limit
+    )
     exact = torch.where(mask.bool().unsqueeze(-1), hidden.double() @ weight.double().T + bias.double(), -math.inf)
     assert torch.equal(fp32 > 0, exact.amax(1) > 0)  # the reference really is the exact result
     assert torch.equal(screened, fp32)

@@ -30,9 +30,14 @@ DOCS = {
     "d7": "diabetes treatment with diet and exercise",
     "d8": "plants make glucose and oxygen from light",
 }
-QUERIES = {"q1": ("what is the capital of france", "d1", "d5"), "q2": ("how does a vaccine work", "d2", "d6"),
-           "q3": ("vitamin d and bone pain", "d3", "d4"), "q4": ("why does water boil", "d4", "d7"),
-           "q5": ("treatment of diabetes", "d7", "d8"), "q6": ("price inflation", "d6", "d1")}
+QUERIES = {
+    "q1": ("what is the capital of france", "d1", "d5"),
+    "q2": ("how does a vaccine work", "d2", "d6"),
+    "q3": ("vitamin d and bone pain", "d3", "d4"),
+    "q4": ("why does water boil", "d4", "d7"),
+    "q5": ("treatment of diabetes", "d7", "d8"),
+    "q6": ("price inflation", "d6", "d1"),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -47,18 +52,31 @@ def beir_folder(tmp_path):
     (folder / "qrels").mkdir(parents=True)
     (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in DOCS.items()))
     (folder / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": q, "text": text}) + "\n" for q, (text, _, _) in QUERIES.items()))
+        "".join(json.dumps({"_id": q, "text": text}) + "\n" for q, (text, _, _) in QUERIES.items())
+    )
     (folder / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items()))
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items())
+    )
     (folder / "triplets-train.tsv").write_text(
-        "".join(f"{text}\t{DOCS[pos]}\t{DOCS[neg]}\n" for text, pos, neg in QUERIES.values()))
+        "".join(f"{text}\t{DOCS[pos]}\t{DOCS[neg]}\n" for text, pos, neg in QUERIES.values())
+    )
     return folder
 
 
 def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     out = tmp_path / "qs"
-    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data",
-         beir_folder, "--output", out, "--steps", "4", "--json")
+    result = cli(
+        "quickstart",
+        "--backbone",
+        tiny_model_dirs["bert"],
+        "--train-data",
+        beir_folder,
+        "--output",
+        out,
+        "--steps",
+        "4",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     diagnosed = json.loads((out / "diagnose.json").read_text())
@@ -70,8 +88,9 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     trained = SparseEncoder.from_pretrained(model)
     again = evaluate(trained, collection, cache=False, show_progress=False)
     assert summary["after"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])
-    backbone = evaluate(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False,
-                        show_progress=False)
+    backbone = evaluate(
+        SparseEncoder.from_pretrained(tiny_model_dirs["bert"]), collection, cache=False, show_progress=False
+    )
     assert summary["before"]["nDCG@10"] == pytest.approx(backbone.metrics["nDCG@10"])
     assert summary["before"]["corpus_cached"] is False and summary["before"]["cache_dir"]  # cached for the next run
     assert trained.model.config.spladekit_rescale["k"] == summary["k"]
@@ -82,8 +101,10 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     assert metrics[-1]["step"] == 4
     assert any((out / "train" / "plots").glob("*.png"))
     table = (out / "summary.md").read_text()
-    assert f"| trained (W_head / {summary['k']:g}, mode {summary['mode']} (k and mode chosen automatically), 4 steps) | " \
-           f"{summary['after']['nDCG@10']:.4f} |" in table
+    assert (
+        f"| trained (W_head / {summary['k']:g}, mode {summary['mode']} (k and mode chosen automatically), 4 steps) | "
+        f"{summary['after']['nDCG@10']:.4f} |" in table
+    )
     card = (model / "README.md").read_text()
     assert "## Training recipe" in card and "| steps | 4 |" in card
     assert "| tinybeir | " in card and "| head norm | initial | final |" in card
@@ -101,8 +122,17 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
 def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path, cli):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "x").write_text("keep")
-    result = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data",
-         beir_folder, "--output", tmp_path / "qs", "--steps", "2")
+    result = cli(
+        "quickstart",
+        "--backbone",
+        tiny_model_dirs["bert"],
+        "--train-data",
+        beir_folder,
+        "--output",
+        tmp_path / "qs",
+        "--steps",
+        "2",
+    )
     assert result.returncode == 2 and "already exists" in result.stderr
     assert (tmp_path / "qs" / "x").read_text() == "keep"
 
@@ -110,30 +140,60 @@ def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_pa
 def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_model_dirs, beir_folder, tmp_path, cli):
     bad = tmp_path / "bad.tsv"
     bad.write_text("a query without documents\n")  # read by the training, after diagnose.json was written
-    command = ["quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--output", tmp_path / "qs",
-               "--steps", "2"]
+    command = [
+        "quickstart",
+        "--backbone",
+        tiny_model_dirs["bert"],
+        "--train-data",
+        beir_folder,
+        "--output",
+        tmp_path / "qs",
+        "--steps",
+        "2",
+    ]
     failed = cli(*command, "--triplets", bad)
     assert failed.returncode == 2 and "bad.tsv:1" in failed.stderr, failed.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv", "tinybeir"]
     rerun = cli(*command)
     assert rerun.returncode == 0, rerun.stderr
-    assert {p.name for p in (tmp_path / "qs").iterdir()} == {"diagnose.json", "train", "summary.json", "summary.md",
-                                                      "run.trec", "explain"}
+    assert {p.name for p in (tmp_path / "qs").iterdir()} == {
+        "diagnose.json",
+        "train",
+        "summary.json",
+        "summary.md",
+        "run.trec",
+        "explain",
+    }
 
 
 def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model_dirs, beir_folder, tmp_path):
     (beir_folder / "triplets-train.tsv").unlink()
     (beir_folder / "qrels" / "train.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items()))
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{pos}\t1\n" for q, (_, pos, _) in QUERIES.items())
+    )
     out = tmp_path / "qs"
-    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--output", out,
-               "--steps", "2", "--json")
+    done = cli(
+        "quickstart",
+        "--backbone",
+        tiny_model_dirs["bert"],
+        "--train-data",
+        beir_folder,
+        "--output",
+        out,
+        "--steps",
+        "2",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     mined = [line.split("\t") for line in (out / "triplets-train.tsv").read_text().splitlines()]
     assert len({query for query, _, _ in mined}) == 3  # the others share no word with a document but their positive
-    assert all(DOCS[pos] == positive and negative != positive for text, pos, _ in QUERIES.values()
-               for query, positive, negative in mined if query == text)
+    assert all(
+        DOCS[pos] == positive and negative != positive
+        for text, pos, _ in QUERIES.values()
+        for query, positive, negative in mined
+        if query == text
+    )
     assert json.loads((out / "train" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 2
     assert "nDCG@10" in summary["after"] and "nDCG@10" in summary["before"]
     assert f"| training data | {out / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
@@ -144,22 +204,42 @@ def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_di
     its documents cut to --max-length tokens."""
     other = tmp_path / "otherbeir"
     (other / "qrels").mkdir(parents=True)
-    texts = {f"e{i}": f"{word} is the word of document number {i}" for i, word in enumerate(
-        ["rocket", "engine", "wing", "glacier", "violin"])}
+    texts = {
+        f"e{i}": f"{word} is the word of document number {i}"
+        for i, word in enumerate(["rocket", "engine", "wing", "glacier", "violin"])
+    }
     (other / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in texts.items()))
-    (other / "queries.jsonl").write_text("".join(json.dumps({"_id": f"x{n}", "text": word}) + "\n"
-                                                 for n, word in enumerate(["rocket", "violin"])))
+    (other / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"x{n}", "text": word}) + "\n" for n, word in enumerate(["rocket", "violin"]))
+    )
     (other / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nx0\te0\t1\nx1\te4\t1\n")
     out = tmp_path / "qs"
-    done = cli("quickstart", "--backbone", tiny_model_dirs["bert"], "--train-data", beir_folder, "--eval-data", other,
-               "--max-length", "12", "--output", out, "--steps", "2", "--json")
+    done = cli(
+        "quickstart",
+        "--backbone",
+        tiny_model_dirs["bert"],
+        "--train-data",
+        beir_folder,
+        "--eval-data",
+        other,
+        "--max-length",
+        "12",
+        "--output",
+        out,
+        "--steps",
+        "2",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["data"] == str(beir_folder) and summary["eval_data"] == str(other)
     for side in ("before", "after"):
         assert (summary[side]["docs"], summary[side]["queries"], summary[side]["max_length"]) == (5, 2, 12)
     assert set(Run.read(out / "run.trec").scores) == {"x0", "x1"}
-    assert f"| training data | {beir_folder / 'triplets-train.tsv'} |" in (out / "train" / "model" / "README.md").read_text()
+    assert (
+        f"| training data | {beir_folder / 'triplets-train.tsv'} |"
+        in (out / "train" / "model" / "README.md").read_text()
+    )
     trained = SparseEncoder.from_pretrained(out / "train" / "model")
     again = evaluate(trained, load_collection(other, "test"), max_length=12, cache=False, show_progress=False)
     assert summary["after"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])
@@ -172,8 +252,11 @@ def test_default_assets_are_the_shared_copies_else_the_public_ids(tmp_path, monk
         tmp_path.joinpath(*parts).mkdir(parents=True)
     monkeypatch.setattr(quickstart_module, "shared_folder", lambda: tmp_path)
     # each asset on its own: a shared folder without Cranfield evaluates on the public id
-    assert default_assets() == (str(tmp_path / "models" / "splade-tiny-msmarco"), str(tmp_path / "data" / "scifact"),
-                                DEFAULT_EVAL_DATA)
+    assert default_assets() == (
+        str(tmp_path / "models" / "splade-tiny-msmarco"),
+        str(tmp_path / "data" / "scifact"),
+        DEFAULT_EVAL_DATA,
+    )
     (tmp_path / "data" / "cranfield").mkdir()
     assert default_assets()[2] == str(tmp_path / "data" / "cranfield")
 
@@ -204,9 +287,27 @@ def test_quickstart_by_ids_from_the_caches(offline_caches, tmp_path):
     """quickstart with a hub id and an ir_datasets id, HF_HUB_OFFLINE=1: resolved from the caches alone."""
     out = tmp_path / "qs"
     result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE, "--train-data", DEFAULT_DATA,
-         "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")), "--steps", "2", "--output", str(out)],
-        capture_output=True, text=True, env=offline_env(offline_caches), cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "quickstart",
+            "--backbone",
+            DEFAULT_BACKBONE,
+            "--train-data",
+            DEFAULT_DATA,
+            "--triplets",
+            str(shared_path("data", "scifact", "triplets-train.tsv")),
+            "--steps",
+            "2",
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=offline_env(offline_caches),
+        cwd=tmp_path,
+    )
     summary = _summary_ok(result, out)
     assert summary["backbone"] == DEFAULT_BACKBONE and summary["data"] == DEFAULT_DATA
     assert summary["before"]["source"] == "beir/scifact/test"
@@ -221,13 +322,31 @@ def test_quickstart_by_ids_from_the_caches(offline_caches, tmp_path):
 def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path):
     out = tmp_path / "qs"
     env = offline_env(offline_caches) | {"HF_HOME": str(tmp_path / "empty")}
-    result = subprocess.run([sys.executable, "-m", "spladekit", "quickstart", "--backbone", DEFAULT_BACKBONE,
-                             "--train-data", DEFAULT_DATA, "--triplets", str(shared_path("data", "scifact", "triplets-train.tsv")),
-                             "--output", str(out)],
-                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "quickstart",
+            "--backbone",
+            DEFAULT_BACKBONE,
+            "--train-data",
+            DEFAULT_DATA,
+            "--triplets",
+            str(shared_path("data", "scifact", "triplets-train.tsv")),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 2 and len(errors) == 1, result.stderr
-    assert DEFAULT_BACKBONE in errors[0] and str(tmp_path / "empty" / "hub") in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+    assert (
+        DEFAULT_BACKBONE in errors[0] and str(tmp_path / "empty" / "hub") in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+    )
     assert not out.exists()
 
 
@@ -242,8 +361,13 @@ def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches,
     and untracked, not ignored files); the project's venv stands in for the one `make install` builds."""
     repository = Path(__file__).resolve().parents[1]
     clone = tmp_path / "spladekit"
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=repository,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     for name in filter(None, files):
         if (repository / name).is_file():
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
@@ -252,9 +376,20 @@ def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches,
     bin_dir = Path(sys.executable).parent
     triplets = shared_path("data", "scifact", "triplets-train.tsv")
     env = offline_env(offline_caches) | {"PYTHONPATH": str(clone / "src")}
-    result = subprocess.run(["make", "-o", str(bin_dir / "spladekit"), "demo", f"BIN={bin_dir}",
-                             f"DEMO_ARGS=--steps 2 --triplets {triplets}"], cwd=clone, capture_output=True,
-                            text=True, env=env)
+    result = subprocess.run(
+        [
+            "make",
+            "-o",
+            str(bin_dir / "spladekit"),
+            "demo",
+            f"BIN={bin_dir}",
+            f"DEMO_ARGS=--steps 2 --triplets {triplets}",
+        ],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     summary = _summary_ok(result, clone / "demo-output")
     assert summary["backbone"] == DEFAULT_BACKBONE and summary["data"] == DEFAULT_DATA
     assert summary["eval_data"] == DEFAULT_EVAL_DATA and summary["before"]["source"] == DEFAULT_EVAL_DATA

@@ -31,9 +31,25 @@ def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
     data = shared_path("data", "scifact")
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, "-m", "spladekit", "evaluate", str(model), "--data", str(data), "--split", "test",
-         "--max-length", "256", "--output", str(out), "--json"],
-        capture_output=True, text=True, env=cache_env,
+        [
+            sys.executable,
+            "-m",
+            "spladekit",
+            "evaluate",
+            str(model),
+            "--data",
+            str(data),
+            "--split",
+            "test",
+            "--max-length",
+            "256",
+            "--output",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=cache_env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(out.read_text())

@@ -15,8 +15,10 @@ from spladekit.model.encoder import SparseEncoder
 from spladekit.vectors.artifact import Vectors
 from spladekit.vectors.shards import MANIFEST, read_manifest, shard_folder
 
-DOCS = [f"document {i} about " + " ".join(["paris", "vaccine", "river", "python", "light"][: i % 5 + 1]) * (i % 3 + 1)
-        for i in range(11)]
+DOCS = [
+    f"document {i} about " + " ".join(["paris", "vaccine", "river", "python", "light"][: i % 5 + 1]) * (i % 3 + 1)
+    for i in range(11)
+]
 
 
 @pytest.fixture
@@ -87,15 +89,19 @@ def _truncate(path):
     path.write_bytes(path.read_bytes()[:40])
 
 
-@pytest.mark.parametrize("damage, named, message", [
-    ("truncated npz", "shards/00001/vectors.npz", "sha256 mismatch"),
-    ("edited ids", "shards/00001/ids.json", "sha256 mismatch"),
-    ("missing shard", "shards/00001/vectors.npz", "missing shard file"),
-    ("no manifest", "", "incomplete sharded vectors folder"),
-    ("renamed entry", MANIFEST, "expected 'shards/00001'"),
-])
-def test_damaged_or_incomplete_folder_is_an_input_error_naming_the_file(cli, model, corpus, tmp_path, damage, named,
-                                                                        message):
+@pytest.mark.parametrize(
+    "damage, named, message",
+    [
+        ("truncated npz", "shards/00001/vectors.npz", "sha256 mismatch"),
+        ("edited ids", "shards/00001/ids.json", "sha256 mismatch"),
+        ("missing shard", "shards/00001/vectors.npz", "missing shard file"),
+        ("no manifest", "", "incomplete sharded vectors folder"),
+        ("renamed entry", MANIFEST, "expected 'shards/00001'"),
+    ],
+)
+def test_damaged_or_incomplete_folder_is_an_input_error_naming_the_file(
+    cli, model, corpus, tmp_path, damage, named, message
+):
     folder = tmp_path / "vectors"
     encode(cli, model, corpus, folder, "--shard-size", 4)
     if damage == "truncated npz":
@@ -116,8 +122,9 @@ def test_damaged_or_incomplete_folder_is_an_input_error_naming_the_file(cli, mod
             read(folder)
         assert str(error.value).startswith(where + ":")
     done = cli("index", folder, "--output", tmp_path / "index")
-    assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"error: {where}: " +
-                                                                         str(error.value).split(": ", 1)[1]]
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: {where}: " + str(error.value).split(": ", 1)[1]
+    ]
     assert not (tmp_path / "index").exists()
 
 
@@ -130,8 +137,16 @@ def test_index_of_a_sharded_folder_equals_that_of_a_single_file_one(cli, model, 
         done = cli("index", tmp_path / name, "--output", tmp_path / f"{name}-index", "--max-active-dims", 8, "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["docs"] == 11
-        done = cli("search", tmp_path / f"{name}-index", "--query-vectors", tmp_path / "single", "--hits", 5,
-                   "--output", tmp_path / f"{name}.trec")
+        done = cli(
+            "search",
+            tmp_path / f"{name}-index",
+            "--query-vectors",
+            tmp_path / "single",
+            "--hits",
+            5,
+            "--output",
+            tmp_path / f"{name}.trec",
+        )
         assert done.returncode == 0, done.stderr
         runs.append((tmp_path / f"{name}.trec").read_text().replace(f"{name}-index", ""))
     assert runs[0] == runs[1] and "d0" in runs[0]
@@ -189,14 +204,20 @@ def test_a_second_writer_of_the_same_shard_fails_clearly(cli, model, corpus, tmp
     assert len(error_lines(done.stderr)) == 1 and "encoding documents" not in done.stderr  # failed before encoding
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--shard", "3/2"], "--shard must be I/N with integers 0 <= I < N, got '3/2'"),
-    (["--shard", "1"], "--shard must be I/N with integers 0 <= I < N, got '1'"),
-    (["--shard-size", "0"], "--shard-size must be an integer >= 1, got 0"),
-    (["--resume", "--overwrite"], "--resume keeps complete shards, --overwrite replaces the folder: give only one"),
-    (["--shard", "0/2", "--overwrite"], "--overwrite cannot be combined with --shard or torchrun ranks (several "
-                                        "processes write the folder in place): remove the old folder first"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--shard", "3/2"], "--shard must be I/N with integers 0 <= I < N, got '3/2'"),
+        (["--shard", "1"], "--shard must be I/N with integers 0 <= I < N, got '1'"),
+        (["--shard-size", "0"], "--shard-size must be an integer >= 1, got 0"),
+        (["--resume", "--overwrite"], "--resume keeps complete shards, --overwrite replaces the folder: give only one"),
+        (
+            ["--shard", "0/2", "--overwrite"],
+            "--overwrite cannot be combined with --shard or torchrun ranks (several "
+            "processes write the folder in place): remove the old folder first",
+        ),
+    ],
+)
 def test_bad_sharding_options_are_one_line_and_write_nothing(cli, model, corpus, tmp_path, options, message):
     done = cli("encode", model, "--corpus", corpus, "--output", tmp_path / "out", *options)
     assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"error: {message}"]

@@ -71,19 +71,30 @@ def test_an_ir_datasets_lazy_download_without_network_is_one_line(tmp_path, monk
     a RuntimeError's arguments (ir_datasets 0.5, util/download.py; seen from `make demo` in a clone without
     network: a traceback before this)."""
     monkeypatch.setenv("IR_DATASETS_HOME", str(tmp_path / "irds"))
-    with pytest.raises(InputError, match=r"cranfield: not in the ir_datasets home .* \(no network\)"), \
-            fetching("cranfield", "ir_datasets", "a BEIR folder"):
-        raise RuntimeError("All download sources failed", [
-            ("http://ir.dcs.gla.ac.uk/resources/test_collections/cran/cran.tar.gz",
-             requests.ConnectionError("Max retries exceeded (NameResolutionError)"))])
+    with (
+        pytest.raises(InputError, match=r"cranfield: not in the ir_datasets home .* \(no network\)"),
+        fetching("cranfield", "ir_datasets", "a BEIR folder"),
+    ):
+        raise RuntimeError(
+            "All download sources failed",
+            [
+                (
+                    "http://ir.dcs.gla.ac.uk/resources/test_collections/cran/cran.tar.gz",
+                    requests.ConnectionError("Max retries exceeded (NameResolutionError)"),
+                )
+            ],
+        )
 
 
 def test_an_unknown_hub_repository():
-    with pytest.raises(InputError, match="no such repository on the Hugging Face hub"), \
-            fetching("org/none", "hub", "a local model folder"):
+    with (
+        pytest.raises(InputError, match="no such repository on the Hugging Face hub"),
+        fetching("org/none", "hub", "a local model folder"),
+    ):
         request = httpx2.Request("GET", "https://huggingface.co/api/models/org/none")
         raise OSError("org/none is not a local folder") from RepositoryNotFoundError(
-            "404", response=httpx2.Response(404, request=request))
+            "404", response=httpx2.Response(404, request=request)
+        )
 
 
 def test_other_errors_pass_unchanged():

@@ -27,14 +27,17 @@ def test_a_valid_state_is_restored(tmp_path):
     assert load_training_state(tmp_path, *optimizer_and_scheduler()) == 4
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("empty", "corrupt or unreadable training state"),
-    ("truncated", "corrupt or unreadable training state"),
-    ("a list", "not a spladekit training state"),
-    ("no optimizer", "not a spladekit training state"),
-    ("step a string", "not a spladekit training state"),
-    ("foreign optimizer", "corrupt or unreadable training state (does not fit this run's optimizer)"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("empty", "corrupt or unreadable training state"),
+        ("truncated", "corrupt or unreadable training state"),
+        ("a list", "not a spladekit training state"),
+        ("no optimizer", "not a spladekit training state"),
+        ("step a string", "not a spladekit training state"),
+        ("foreign optimizer", "corrupt or unreadable training state (does not fit this run's optimizer)"),
+    ],
+)
 def test_damaged_or_foreign_state_is_an_error_naming_state_pt(tmp_path, damage, message):
     path = tmp_path / "state.pt"
     state = valid_state()
@@ -45,8 +48,9 @@ def test_damaged_or_foreign_state_is_an_error_naming_state_pt(tmp_path, damage, 
     elif damage == "step a string":
         torch.save(state | {"step": "4"}, path)
     elif damage == "foreign optimizer":  # two parameter groups saved, one in this run
-        two = torch.optim.AdamW([{"params": [torch.nn.Parameter(torch.zeros(1))]},
-                                 {"params": [torch.nn.Parameter(torch.zeros(1))]}])
+        two = torch.optim.AdamW(
+            [{"params": [torch.nn.Parameter(torch.zeros(1))]}, {"params": [torch.nn.Parameter(torch.zeros(1))]}]
+        )
         torch.save(state | {"optimizer": two.state_dict()}, path)
     else:
         torch.save(state, path)

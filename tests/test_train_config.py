@@ -33,8 +33,16 @@ def test_example_config_is_valid_and_complete():
 
 
 def test_overrides_are_typed_and_win(tmp_path):
-    config = load_config(write(tmp_path, MINIMAL), ["optimization.lr=1e-4", "rescale.k=auto", "rescale.mode=untie",
-                                                    "optimization.max_grad_norm=null", "data.negatives=3"])
+    config = load_config(
+        write(tmp_path, MINIMAL),
+        [
+            "optimization.lr=1e-4",
+            "rescale.k=auto",
+            "rescale.mode=untie",
+            "optimization.max_grad_norm=null",
+            "data.negatives=3",
+        ],
+    )
     assert config.optimization.lr == pytest.approx(1e-4)  # YAML reads 1e-4 as a string: parsed as a float
     assert (config.rescale.k, config.rescale.mode, config.data.negatives) == ("auto", "untie", 3)
     assert config.optimization.max_grad_norm is None
@@ -47,62 +55,76 @@ def test_resolved_config_round_trips(tmp_path):
     assert again == config and again.rescale.k == 16.0 and isinstance(again, TrainConfig)
 
 
-@pytest.mark.parametrize("values, overrides, message", [
-    ({**MINIMAL, "optimization": {"lrate": 1}}, [], "unknown config key 'optimization.lrate' (did you mean 'optimization.lr'?)"),
-    ({**MINIMAL, "regulariser": {}}, [], "did you mean 'regularizer'?"),
-    (MINIMAL, ["optimisation.steps=3"], "unknown config key 'optimisation.steps' (did you mean 'optimization.steps'?)"),
-    (MINIMAL, ["loss.name=infonse"], "did you mean 'infonce'?"),
-    (MINIMAL, ["optimization.steps=abc"], "config key 'optimization.steps': expected int"),
-    (MINIMAL, ["rescale.k=0"], "config key 'rescale.k': expected a positive finite number or 'auto' or null"),
-    (MINIMAL, ["rescale.k=automatic"], "config key 'rescale.k'"),
-    (MINIMAL, ["loss.name=margin_mse"], "set data.teacher"),
-    (MINIMAL, ["data.teacher=t.jsonl", "loss.name=kl"], "cannot be matched"),
-    (MINIMAL, ["data.teacher=t.jsonl"], "does not use teacher scores"),
-    (MINIMAL, ["data.format=id_triplets"], "needs data.queries and data.collection"),
-    (MINIMAL, ["optimization.batch_size=6", "optimization.accumulation=4"], "must be a multiple of"),
-    ({"data": {"path": "x"}}, [], "backbone.id is required"),
-])
+@pytest.mark.parametrize(
+    "values, overrides, message",
+    [
+        (
+            {**MINIMAL, "optimization": {"lrate": 1}},
+            [],
+            "unknown config key 'optimization.lrate' (did you mean 'optimization.lr'?)",
+        ),
+        ({**MINIMAL, "regulariser": {}}, [], "did you mean 'regularizer'?"),
+        (
+            MINIMAL,
+            ["optimisation.steps=3"],
+            "unknown config key 'optimisation.steps' (did you mean 'optimization.steps'?)",
+        ),
+        (MINIMAL, ["loss.name=infonse"], "did you mean 'infonce'?"),
+        (MINIMAL, ["optimization.steps=abc"], "config key 'optimization.steps': expected int"),
+        (MINIMAL, ["rescale.k=0"], "config key 'rescale.k': expected a positive finite number or 'auto' or null"),
+        (MINIMAL, ["rescale.k=automatic"], "config key 'rescale.k'"),
+        (MINIMAL, ["loss.name=margin_mse"], "set data.teacher"),
+        (MINIMAL, ["data.teacher=t.jsonl", "loss.name=kl"], "cannot be matched"),
+        (MINIMAL, ["data.teacher=t.jsonl"], "does not use teacher scores"),
+        (MINIMAL, ["data.format=id_triplets"], "needs data.queries and data.collection"),
+        (MINIMAL, ["optimization.batch_size=6", "optimization.accumulation=4"], "must be a multiple of"),
+        ({"data": {"path": "x"}}, [], "backbone.id is required"),
+    ],
+)
 def test_bad_configs_name_the_problem(tmp_path, values, overrides, message):
     with pytest.raises(InputError) as caught:
         load_config(write(tmp_path, values), overrides)
     assert message in str(caught.value)
 
 
-@pytest.mark.parametrize("override, allowed", [
-    ("optimization.max_grad_norm=-1", "a finite number > 0 or null"),  # clipped "uphill" before
-    ("optimization.max_grad_norm=0", "a finite number > 0 or null"),  # meant "no clipping" before
-    ("optimization.lr=.inf", "a finite number > 0"),
-    ("optimization.lr=inf", "a finite number > 0"),
-    ("optimization.lr=.nan", "a finite number > 0"),
-    ("optimization.lr=0", "a finite number > 0"),
-    ("optimization.lr=-1e-5", "a finite number > 0"),
-    ("regularizer.lambda_q=.nan", "a finite number >= 0"),
-    ("regularizer.lambda_d=nan", "a finite number >= 0"),
-    ("regularizer.lambda_q=.inf", "a finite number >= 0"),
-    ("regularizer.lambda_d=-0.1", "a finite number >= 0"),
-    ("optimization.weight_decay=-0.01", "a finite number >= 0"),
-    ("optimization.weight_decay=.nan", "a finite number >= 0"),
-    ("optimization.warmup_steps=-1", "an integer >= 0"),
-    ("regularizer.warmup_steps=-5", "an integer >= 0"),
-    ("optimization.steps=0", "an integer >= 1"),
-    ("optimization.batch_size=0", "an integer >= 1"),
-    ("optimization.accumulation=0", "an integer >= 1"),
-    ("data.negatives=0", "an integer >= 1"),
-    ("data.limit=0", "an integer >= 1 or null"),
-    ("data.columns=2", "an integer >= 3 or null"),
-    ("data.query_max_length=0", "an integer >= 1"),
-    ("logging.every=0", "an integer >= 1"),
-    ("logging.checkpoint_every=-1", "an integer >= 1"),
-    ("logging.keep_checkpoints=0", "an integer >= 1"),
-    ("logging.collapse_patience=0", "an integer >= 1"),
-    ("logging.explosion_factor=.nan", "a finite number > 1"),
-    ("evaluation.batch_size=0", "an integer >= 1"),
-    ("evaluation.max_length=0", "an integer >= 1 or null"),
-    ("evaluation.max_active_dims=0", "an integer >= 1 or null"),
-    ("rescale.auto_pairs=0", "an integer >= 1"),
-    ("rescale.k=.inf", "a finite number or 'auto' or null"),
-    ("seed=-1", "an integer >= 0 and <= 4294967295"),
-])
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("optimization.max_grad_norm=-1", "a finite number > 0 or null"),  # clipped "uphill" before
+        ("optimization.max_grad_norm=0", "a finite number > 0 or null"),  # meant "no clipping" before
+        ("optimization.lr=.inf", "a finite number > 0"),
+        ("optimization.lr=inf", "a finite number > 0"),
+        ("optimization.lr=.nan", "a finite number > 0"),
+        ("optimization.lr=0", "a finite number > 0"),
+        ("optimization.lr=-1e-5", "a finite number > 0"),
+        ("regularizer.lambda_q=.nan", "a finite number >= 0"),
+        ("regularizer.lambda_d=nan", "a finite number >= 0"),
+        ("regularizer.lambda_q=.inf", "a finite number >= 0"),
+        ("regularizer.lambda_d=-0.1", "a finite number >= 0"),
+        ("optimization.weight_decay=-0.01", "a finite number >= 0"),
+        ("optimization.weight_decay=.nan", "a finite number >= 0"),
+        ("optimization.warmup_steps=-1", "an integer >= 0"),
+        ("regularizer.warmup_steps=-5", "an integer >= 0"),
+        ("optimization.steps=0", "an integer >= 1"),
+        ("optimization.batch_size=0", "an integer >= 1"),
+        ("optimization.accumulation=0", "an integer >= 1"),
+        ("data.negatives=0", "an integer >= 1"),
+        ("data.limit=0", "an integer >= 1 or null"),
+        ("data.columns=2", "an integer >= 3 or null"),
+        ("data.query_max_length=0", "an integer >= 1"),
+        ("logging.every=0", "an integer >= 1"),
+        ("logging.checkpoint_every=-1", "an integer >= 1"),
+        ("logging.keep_checkpoints=0", "an integer >= 1"),
+        ("logging.collapse_patience=0", "an integer >= 1"),
+        ("logging.explosion_factor=.nan", "a finite number > 1"),
+        ("evaluation.batch_size=0", "an integer >= 1"),
+        ("evaluation.max_length=0", "an integer >= 1 or null"),
+        ("evaluation.max_active_dims=0", "an integer >= 1 or null"),
+        ("rescale.auto_pairs=0", "an integer >= 1"),
+        ("rescale.k=.inf", "a finite number or 'auto' or null"),
+        ("seed=-1", "an integer >= 0 and <= 4294967295"),
+    ],
+)
 def test_values_outside_their_declared_range_are_refused_with_key_value_and_allowed(tmp_path, override, allowed):
     key, _, _ = override.partition("=")
     path = write(tmp_path, MINIMAL)
@@ -128,11 +150,17 @@ def test_a_config_built_in_python_is_checked_by_validate():
         validate(config)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("- backbone\n- data\n", "a training config is a mapping of sections (backbone:, data:, optimization: …); this file holds a list"),
-    ("42\n", "this file holds a number"),
-    ("false\n", "this file holds a boolean"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "- backbone\n- data\n",
+            "a training config is a mapping of sections (backbone:, data:, optimization: …); this file holds a list",
+        ),
+        ("42\n", "this file holds a number"),
+        ("false\n", "this file holds a boolean"),
+    ],
+)
 def test_a_top_level_list_or_scalar_is_one_clear_error(tmp_path, text, message):
     path = tmp_path / "config.yaml"
     path.write_text(text)
@@ -141,12 +169,15 @@ def test_a_top_level_list_or_scalar_is_one_clear_error(tmp_path, text, message):
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("optimization.lr=[", "--set 'optimization.lr=[': the value is not valid YAML"),
-    ("data.path={a: [}", "the value is not valid YAML"),
-    ("optimization.lr", "--set 'optimization.lr': expected section.key=value"),
-    ("=1", "--set '=1': expected section.key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("optimization.lr=[", "--set 'optimization.lr=[': the value is not valid YAML"),
+        ("data.path={a: [}", "the value is not valid YAML"),
+        ("optimization.lr", "--set 'optimization.lr': expected section.key=value"),
+        ("=1", "--set '=1': expected section.key=value"),
+    ],
+)
 def test_a_malformed_override_is_one_clear_error(tmp_path, override, message):
     from spladekit.common.errors import SpladekitError
 
@@ -155,12 +186,18 @@ def test_a_malformed_override_is_one_clear_error(tmp_path, override, message):
     assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("config_text, overrides, message", [
-    (None, ["optimization.max_grad_norm=-1"], "config key 'optimization.max_grad_norm': expected a finite number > 0 "
-                                              "or null, got -1.0"),
-    ("- a\n- b\n", [], "is a mapping of sections"),
-    (None, ["optimization.lr=["], "the value is not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "config_text, overrides, message",
+    [
+        (
+            None,
+            ["optimization.max_grad_norm=-1"],
+            "config key 'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0",
+        ),
+        ("- a\n- b\n", [], "is a mapping of sections"),
+        (None, ["optimization.lr=["], "the value is not valid YAML"),
+    ],
+)
 def test_cli_refuses_bad_values_in_one_line_before_any_work(tmp_path, config_text, overrides, message, cli):
     path = write(tmp_path, MINIMAL) if config_text is None else tmp_path / "config.yaml"
     if config_text is not None:
@@ -187,7 +224,8 @@ def test_cli_train_says_how_to_allow_remote_code_in_its_own_terms(tmp_path, cli)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: {model}: this model needs its own (remote) code; set backbone.trust_remote_code: true in the "
-        f"training config if you trust it"]
+        f"training config if you trust it"
+    ]
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
@@ -203,13 +241,19 @@ def test_cli_reports_a_bad_key_in_one_line_and_exits_2(tmp_path, cli):
     result = cli("train", path, "--output", tmp_path / "run")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: {path}: unknown config key 'optimization.stepz' (did you mean 'optimization.steps'?)"]
+        f"error: {path}: unknown config key 'optimization.stepz' (did you mean 'optimization.steps'?)"
+    ]
     assert not (tmp_path / "run").exists()
 
 
 def test_cli_help_documents_every_option():
-    result = subprocess.run([sys.executable, "-m", "spladekit", "train", "--help"], capture_output=True, text=True, check=False,
-                            env={"COLUMNS": "200", "PATH": ""})
+    result = subprocess.run(
+        [sys.executable, "-m", "spladekit", "train", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"COLUMNS": "200", "PATH": ""},
+    )
     assert result.returncode == 0
     for option in ("--output", "--set", "--resume", "--overwrite", "--stop-on-collapse"):
         assert option in result.stdout

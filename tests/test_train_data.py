@@ -20,7 +20,9 @@ def write(path, text):
 
 @pytest.fixture
 def id_files(tmp_path):
-    queries = write(tmp_path / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": f"query {q}"}) for q in "ab") + "\n")
+    queries = write(
+        tmp_path / "queries.jsonl", "\n".join(json.dumps({"_id": q, "text": f"query {q}"}) for q in "ab") + "\n"
+    )
     collection = write(tmp_path / "collection.tsv", "".join(f"{d}\tdocument {d}\n" for d in ("1", "2", "3", "4")))
     return queries, collection
 
@@ -45,7 +47,10 @@ def test_diagnose_style_pairs_still_read(tmp_path):
 def test_header_and_columns_for_id_triplets_with_extra_columns(tmp_path):
     path = write(tmp_path / "ids.tsv", "query-id\tpos-id\tneg-id\tneg-bm25-rank\na\t1\t2\t9\na\t1\t3\t4\n")
     triplets = read_triplets(path, header=True, columns=3)
-    assert [(t.query, t.positive, t.negatives, t.line) for t in triplets] == [("a", "1", ("2",), 2), ("a", "1", ("3",), 3)]
+    assert [(t.query, t.positive, t.negatives, t.line) for t in triplets] == [
+        ("a", "1", ("2",), 2),
+        ("a", "1", ("3",), 3),
+    ]
 
 
 def test_rows_sharing_query_and_positive_become_one_group_with_several_negatives():
@@ -56,7 +61,9 @@ def test_rows_sharing_query_and_positive_become_one_group_with_several_negatives
 def test_id_triplets_resolve_texts(tmp_path, id_files):
     queries, collection = id_files
     path = write(tmp_path / "ids.tsv", "a\t1\t2\na\t1\t3\nb\t4\t1\n")
-    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection), negatives=2)
+    data = DataConfig(
+        format="id_triplets", path=str(path), queries=str(queries), collection=str(collection), negatives=2
+    )
     training = load_training_set(data)
     example = training.example(0, negatives=2, seed=0)
     assert len(training) == 2 and example.query.startswith("query ") and len(example.negatives) == 2
@@ -74,10 +81,18 @@ def test_unknown_id_names_file_and_line(tmp_path, id_files):
 def test_teacher_scores_follow_the_sampled_negatives(tmp_path, id_files):
     queries, collection = id_files
     path = write(tmp_path / "ids.tsv", "a\t1\t2\t3\t4\n")
-    teacher = write(tmp_path / "teacher.jsonl", "".join(json.dumps({"qid": "a", "pid": int(d), "score": float(d) * 10})
-                                                          + "\n" for d in "1234"))
-    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection),
-                      negatives=2, teacher=str(teacher))
+    teacher = write(
+        tmp_path / "teacher.jsonl",
+        "".join(json.dumps({"qid": "a", "pid": int(d), "score": float(d) * 10}) + "\n" for d in "1234"),
+    )
+    data = DataConfig(
+        format="id_triplets",
+        path=str(path),
+        queries=str(queries),
+        collection=str(collection),
+        negatives=2,
+        teacher=str(teacher),
+    )
     training = load_training_set(data)
     for index in range(5):
         example = training.example(index, negatives=2, seed=3)
@@ -89,14 +104,18 @@ def test_missing_teacher_score_is_an_error(tmp_path, id_files):
     queries, collection = id_files
     path = write(tmp_path / "ids.tsv", "a\t1\t2\n")
     teacher = write(tmp_path / "teacher.jsonl", json.dumps({"qid": "a", "pid": "1", "score": 1.0}) + "\n")
-    data = DataConfig(format="id_triplets", path=str(path), queries=str(queries), collection=str(collection),
-                      teacher=str(teacher))
+    data = DataConfig(
+        format="id_triplets", path=str(path), queries=str(queries), collection=str(collection), teacher=str(teacher)
+    )
     with pytest.raises(InputError, match="no teacher score for qid 'a', pid '2'"):
         load_training_set(data)
 
 
 def test_teacher_jsonl_errors_name_the_line(tmp_path):
-    path = write(tmp_path / "t.jsonl", json.dumps({"qid": 1, "pid": 2, "score": 1}) + "\n" + json.dumps({"qid": 1, "pid": 3}) + "\n")
+    path = write(
+        tmp_path / "t.jsonl",
+        json.dumps({"qid": 1, "pid": 2, "score": 1}) + "\n" + json.dumps({"qid": 1, "pid": 3}) + "\n",
+    )
     with pytest.raises(InputError, match=r"t.jsonl:2: expected an object"):
         read_teacher_jsonl(path)
 
@@ -110,12 +129,20 @@ def test_ce_scores_json_gz(tmp_path):
 
 def test_sentence_transformers_hard_negatives_layout(tmp_path, id_files):
     queries, collection = id_files
-    lines = [{"qid": "a", "pos": [1], "neg": {"bm25": [2, 3, 1], "dense": [4]}}, {"qid": "b", "pos": [2], "neg": {"bm25": []}}]
+    lines = [
+        {"qid": "a", "pos": [1], "neg": {"bm25": [2, 3, 1], "dense": [4]}},
+        {"qid": "b", "pos": [2], "neg": {"bm25": []}},
+    ]
     path = tmp_path / "hard.jsonl.gz"
     with gzip.open(path, "wt") as stream:
         stream.write("".join(json.dumps(line) + "\n" for line in lines))
-    data = DataConfig(format="hard_negatives", path=str(path), queries=str(queries), collection=str(collection),
-                      negative_systems=["bm25"])
+    data = DataConfig(
+        format="hard_negatives",
+        path=str(path),
+        queries=str(queries),
+        collection=str(collection),
+        negative_systems=["bm25"],
+    )
     training = load_training_set(data)
     # the positive is never its own negative; a query without negatives is left out
     assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("a", "1", ("2", "3"))]
@@ -125,7 +152,10 @@ def test_hf_datasets_from_a_local_file(tmp_path):
     rows = [{"query": "q1", "positive": "p1", "negative": "n1"}, {"query": "q2", "positive": "p2", "negative": "n2"}]
     path = write(tmp_path / "train.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     training = load_training_set(DataConfig(format="hf", path=str(path)))
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("n1",)), ("q2", "p2", ("n2",))]
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+        ("q1", "p1", ("n1",)),
+        ("q2", "p2", ("n2",)),
+    ]
 
 
 def test_sampling_is_a_pure_function_of_seed_and_step(tmp_path):
@@ -151,10 +181,17 @@ def test_collection_ids_with_whitespace_are_refused_with_file_and_line(tmp_path,
 
 def test_hard_negative_ids_of_the_wrong_type_name_the_line(tmp_path, id_files):
     queries, collection = id_files
-    path = write(tmp_path / "hard.jsonl", json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": [2]}}) + "\n"
-                 + json.dumps({"qid": "b", "pos": [{"pid": 2}], "neg": {"bm25": [3]}}) + "\n")
+    path = write(
+        tmp_path / "hard.jsonl",
+        json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": [2]}})
+        + "\n"
+        + json.dumps({"qid": "b", "pos": [{"pid": 2}], "neg": {"bm25": [3]}})
+        + "\n",
+    )
     data = DataConfig(format="hard_negatives", path=str(path), queries=str(queries), collection=str(collection))
-    with pytest.raises(InputError, match=r"hard\.jsonl:2: a pid must be a non-empty string or an integer, got a JSON object"):
+    with pytest.raises(
+        InputError, match=r"hard\.jsonl:2: a pid must be a non-empty string or an integer, got a JSON object"
+    ):
         load_training_set(data)
     path.write_text(json.dumps({"qid": "a", "pos": [1], "neg": {"bm25": 2}}) + "\n")
     with pytest.raises(InputError, match=r'hard\.jsonl:1: "neg" must map each system to a list of pids'):
@@ -167,11 +204,18 @@ def test_hf_folder_in_the_sentence_transformers_triplet_layout_is_streamed_up_to
     from datasets import Dataset
 
     (tmp_path / "st").mkdir()
-    rows = {"query": ["q1", "q2", "q3"], "positive": ["p1", "p2", "p3"], "negative_1": ["a", "b", "c"],
-            "negative_2": ["d", "e", "f"]}
+    rows = {
+        "query": ["q1", "q2", "q3"],
+        "positive": ["p1", "p2", "p3"],
+        "negative_1": ["a", "b", "c"],
+        "negative_2": ["d", "e", "f"],
+    }
     Dataset.from_dict(rows).to_parquet(str(tmp_path / "st" / "train-00000-of-00001.parquet"))
     training = load_training_set(DataConfig(format="hf", path=str(tmp_path / "st"), limit=2))
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("a", "d")), ("q2", "p2", ("b", "e"))]
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+        ("q1", "p1", ("a", "d")),
+        ("q2", "p2", ("b", "e")),
+    ]
 
 
 def test_ir_datasets_doc_pairs_are_streamed_and_read_only_up_to_the_limit(monkeypatch):
@@ -191,11 +235,17 @@ def test_ir_datasets_doc_pairs_are_streamed_and_read_only_up_to_the_limit(monkey
         def get(self, doc_id):
             return types.SimpleNamespace(text=f"text of {doc_id}")
 
-    dataset = types.SimpleNamespace(has_docpairs=lambda: True, docpairs_iter=pairs, docs_store=Store,
-                                    queries_iter=lambda: iter([types.SimpleNamespace(query_id=q, text=f"query {q}")
-                                                               for q in ("q0", "q1")]))
+    dataset = types.SimpleNamespace(
+        has_docpairs=lambda: True,
+        docpairs_iter=pairs,
+        docs_store=Store,
+        queries_iter=lambda: iter([types.SimpleNamespace(query_id=q, text=f"query {q}") for q in ("q0", "q1")]),
+    )
     monkeypatch.setattr(ir_datasets, "load", lambda dataset_id: dataset)
     training = load_training_set(DataConfig(format="ir_datasets", path="msmarco-passage/train/triples-small", limit=3))
     assert read == [1, 2, 3]
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("q1", "p1", ("n1", "n3")), ("q0", "p0", ("n2",))]
+    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+        ("q1", "p1", ("n1", "n3")),
+        ("q0", "p0", ("n2",)),
+    ]
     assert training.documents["n3"] == "text of n3" and training.queries["q0"] == "query q0"

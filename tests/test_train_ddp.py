@@ -21,15 +21,40 @@ tiny_bert_fixture, triplets_fixture = TINY_BERT, TRIPLETS
 @pytest.mark.slow
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_two_processes_match_one(tiny_bert, triplets_file, tmp_path, accumulation):
-    sections = {"optimization": {"steps": 3, "batch_size": 8, "accumulation": accumulation},
-                "regularizer": {"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0}}
-    single = read_metrics(train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 3, "batch_size": 8},
-                                            regularizer=sections["regularizer"]), tmp_path / "one").output)
+    sections = {
+        "optimization": {"steps": 3, "batch_size": 8, "accumulation": accumulation},
+        "regularizer": {"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+    }
+    single = read_metrics(
+        train(
+            tiny_config(
+                tiny_bert,
+                triplets_file,
+                optimization={"steps": 3, "batch_size": 8},
+                regularizer=sections["regularizer"],
+            ),
+            tmp_path / "one",
+        ).output
+    )
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(tiny_config(tiny_bert, triplets_file, **sections).to_dict()))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "spladekit", "train", str(config_file), "--output", str(tmp_path / "two")]
-    result = subprocess.run(command, capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "spladekit",
+        "train",
+        str(config_file),
+        "--output",
+        str(tmp_path / "two"),
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     double = read_metrics(tmp_path / "two")
     assert [r["step"] for r in double] == [1, 2, 3]

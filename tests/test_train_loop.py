@@ -53,8 +53,24 @@ def test_run_folder_holds_the_contract(unregularized):
     assert {p.name for p in unregularized.iterdir()} >= {"model", "metrics.jsonl", "config.yaml", "checkpoints"}
     records = read_metrics(unregularized)
     assert [r["step"] for r in records] == list(range(1, 21))
-    expected = {"step", "loss", "ranking_loss", "flops_q", "flops_d", "lambda_q", "lambda_d", "q_nnz", "d_nnz",
-                "head_norm", "grad_norm", "lr", "examples_per_s", "tokens_per_s", "loss_mean", "ranking_loss_mean"}
+    expected = {
+        "step",
+        "loss",
+        "ranking_loss",
+        "flops_q",
+        "flops_d",
+        "lambda_q",
+        "lambda_d",
+        "q_nnz",
+        "d_nnz",
+        "head_norm",
+        "grad_norm",
+        "lr",
+        "examples_per_s",
+        "tokens_per_s",
+        "loss_mean",
+        "ranking_loss_mean",
+    }
     assert expected <= records[0].keys()
     assert all(r["tokens_per_s"] > r["examples_per_s"] > 0 for r in records)  # a text is several tokens
     encoder = SparseEncoder.from_pretrained(unregularized / "model")
@@ -70,7 +86,9 @@ def test_logged_norms_are_those_of_the_weights_after_the_update(unregularized):
     assert last["head_mean_row_norm"] == pytest.approx(head["mean_row_norm"], rel=1e-6)
     assert (last["bias_mean"], last["bias_std"]) == pytest.approx((head["bias_mean"], head["bias_std"]), rel=1e-5)
     norms = embedding_norms(model)
-    assert (last["word_norm"], last["position_norm"]) == pytest.approx((norms["word_norm"], norms["position_norm"]), rel=1e-6)
+    assert (last["word_norm"], last["position_norm"]) == pytest.approx(
+        (norms["word_norm"], norms["position_norm"]), rel=1e-6
+    )
     first = read_metrics(unregularized)[0]
     assert first["word_norm"] != last["word_norm"]  # training moved the word table (tied: the head too)
 
@@ -81,7 +99,9 @@ def test_loss_decreases(unregularized):
 
 
 def test_flops_lowers_nnz_as_lambda_ramps_up(tiny_bert, triplets_file, unregularized, tmp_path):
-    config = tiny_config(tiny_bert, triplets_file, **LEARN, regularizer={"lambda_q": 0.1, "lambda_d": 0.1, "warmup_steps": 10})
+    config = tiny_config(
+        tiny_bert, triplets_file, **LEARN, regularizer={"lambda_q": 0.1, "lambda_d": 0.1, "warmup_steps": 10}
+    )
     records = read_metrics(train(config, tmp_path / "flops").output)
     plain = read_metrics(unregularized)
     assert [r["lambda_d"] for r in records[:3]] == pytest.approx([0.1 * (t / 10) ** 2 for t in (1, 2, 3)])
@@ -96,30 +116,58 @@ def test_distillation_from_teacher_scores(tiny_bert, triplets_file, tmp_path, lo
     (tmp_path / "queries.tsv").write_text("".join(f"q{i}\t{row[0]}\n" for i, row in enumerate(rows)))
     (tmp_path / "docs.tsv").write_text("".join(f"p{i}\t{row[1]}\nn{i}\t{row[2]}\n" for i, row in enumerate(rows)))
     (tmp_path / "ids.tsv").write_text("".join(f"q{i}\tp{i}\tn{i}\n" for i in range(len(rows))))
-    (tmp_path / "teacher.jsonl").write_text("".join(
-        json.dumps({"qid": f"q{i}", "pid": f"{kind}{i}", "score": score}) + "\n"
-        for i in range(len(rows)) for kind, score in (("p", 6.0), ("n", 1.0))))
-    data = {"format": "id_triplets", "path": str(tmp_path / "ids.tsv"), "queries": str(tmp_path / "queries.tsv"),
-            "collection": str(tmp_path / "docs.tsv"), "teacher": str(tmp_path / "teacher.jsonl")}
-    config = tiny_config(tiny_bert, triplets_file, data=data, loss={"name": loss}, **LEARN,
-                         regularizer={"lambda_q": 0.0, "lambda_d": 0.0})
+    (tmp_path / "teacher.jsonl").write_text(
+        "".join(
+            json.dumps({"qid": f"q{i}", "pid": f"{kind}{i}", "score": score}) + "\n"
+            for i in range(len(rows))
+            for kind, score in (("p", 6.0), ("n", 1.0))
+        )
+    )
+    data = {
+        "format": "id_triplets",
+        "path": str(tmp_path / "ids.tsv"),
+        "queries": str(tmp_path / "queries.tsv"),
+        "collection": str(tmp_path / "docs.tsv"),
+        "teacher": str(tmp_path / "teacher.jsonl"),
+    }
+    config = tiny_config(
+        tiny_bert,
+        triplets_file,
+        data=data,
+        loss={"name": loss},
+        **LEARN,
+        regularizer={"lambda_q": 0.0, "lambda_d": 0.0},
+    )
     losses = [r["ranking_loss"] for r in read_metrics(train(config, tmp_path / "run").output)]
     assert mean(losses[-4:]) < 0.7 * mean(losses[:4])
 
 
 def test_bf16_autocast_trains(tiny_bert, triplets_file, tmp_path):
-    runs = [read_metrics(train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2, "bf16": bf16}),
-                               tmp_path / f"bf16-{bf16}").output) for bf16 in (False, True)]
+    runs = [
+        read_metrics(
+            train(
+                tiny_config(tiny_bert, triplets_file, optimization={"steps": 2, "bf16": bf16}),
+                tmp_path / f"bf16-{bf16}",
+            ).output
+        )
+        for bf16 in (False, True)
+    ]
     assert all(math.isfinite(r["loss"]) for r in runs[1])
-    assert runs[1][0]["loss"] == pytest.approx(runs[0][0]["loss"], rel=0.05) and runs[1][0]["loss"] != runs[0][0]["loss"]
+    assert (
+        runs[1][0]["loss"] == pytest.approx(runs[0][0]["loss"], rel=0.05) and runs[1][0]["loss"] != runs[0][0]["loss"]
+    )
 
 
 def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
     """Accumulating 2 micro-batches (cached representations) = one batch: same losses, same weights."""
     runs = {}
     for accumulation in (1, 2):
-        config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 3, "accumulation": accumulation},
-                             regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0})
+        config = tiny_config(
+            tiny_bert,
+            triplets_file,
+            optimization={"steps": 3, "accumulation": accumulation},
+            regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+        )
         runs[accumulation] = train(config, tmp_path / f"acc{accumulation}").output
     one, two = (read_metrics(runs[a]) for a in (1, 2))
     assert [r["loss"] for r in two] == pytest.approx([r["loss"] for r in one], abs=1e-5)
@@ -143,7 +191,9 @@ def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
         if cached:
             forward_backward(encoder, [examples[:2], examples[2:]], None, (0.1, 0.1), settings, alone)
         else:
-            reps = [encode_examples(encoder, micro, settings, alone.device)[:3] for micro in (examples[:2], examples[2:])]
+            reps = [
+                encode_examples(encoder, micro, settings, alone.device)[:3] for micro in (examples[:2], examples[2:])
+            ]
             total, _ = objective(*(torch.cat(parts) for parts in zip(*reps)), None, (0.1, 0.1), settings)
             total.backward()
         grads.append(torch.cat([p.grad.reshape(-1) for p in encoder.parameters() if p.grad is not None]))
@@ -151,8 +201,13 @@ def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
 
 
 def test_k_is_applied_once_at_init_and_recorded(tiny_bert, triplets_file, tmp_path):
-    config = tiny_config(tiny_bert, triplets_file, rescale={"k": 4}, optimization={"steps": 4, "lr": 1e-12},
-                         logging={"checkpoint_every": 2})
+    config = tiny_config(
+        tiny_bert,
+        triplets_file,
+        rescale={"k": 4},
+        optimization={"steps": 4, "lr": 1e-12},
+        logging={"checkpoint_every": 2},
+    )
     output = train(config, tmp_path / "k4").output
     original = vocab_projection(SparseEncoder.from_pretrained(tiny_bert).model).weight
     for folder in (output / "model", checkpoints(output)[-1] / "model"):
@@ -174,7 +229,9 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
     expected = diagnose(encoder, [(q, p) for q, p, *_ in groups], max_length=16).recommended_k
     assert expected > 1  # the inflated head needs rescaling
     saved = yaml.safe_load((output / "config.yaml").read_text())
-    assert saved["rescale"]["k"] == expected and (output / "config.yaml").read_text().startswith("# rescale.k was 'auto'")
+    assert saved["rescale"]["k"] == expected and (output / "config.yaml").read_text().startswith(
+        "# rescale.k was 'auto'"
+    )
     assert json.loads((output / "model" / "spladekit.json").read_text())["rescale"]["k"] == expected
     assert f"rescale.k: auto resolved to {expected:g}" in caplog.text
     assert config.rescale.k == "auto"  # the caller's config is not modified; the resolved one is returned
@@ -224,7 +281,9 @@ def test_a_log_record_holds_the_mean_of_its_window(tiny_bert, triplets_file, tmp
     """Logging every 3 steps gives the loss of the third step and the mean of the three (what the plots
     show), the same numbers a run logging every step writes step by step."""
     every_step = read_metrics(train(tiny_config(tiny_bert, triplets_file), tmp_path / "one").output)
-    windows = read_metrics(train(tiny_config(tiny_bert, triplets_file, logging={"every": 3}), tmp_path / "three").output)
+    windows = read_metrics(
+        train(tiny_config(tiny_bert, triplets_file, logging={"every": 3}), tmp_path / "three").output
+    )
     assert [r["step"] for r in windows] == [3, 6]
     for record, window in zip(windows, (every_step[0:3], every_step[3:6])):
         assert record["loss"] == pytest.approx(window[-1]["loss"], rel=1e-6)
@@ -234,9 +293,12 @@ def test_a_log_record_holds_the_mean_of_its_window(tiny_bert, triplets_file, tmp
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tiny_bert, triplets_file, tmp_path):
-    config = tiny_config(tiny_bert, triplets_file, optimization={"steps": 8, "lr": 1e30, "warmup_steps": 0,
-                                                                 "max_grad_norm": None},
-                         logging={"checkpoint_every": 1})
+    config = tiny_config(
+        tiny_bert,
+        triplets_file,
+        optimization={"steps": 8, "lr": 1e30, "warmup_steps": 0, "max_grad_norm": None},
+        logging={"checkpoint_every": 1},
+    )
     with pytest.raises(TrainingStopped, match=r"non-finite .* at step (\d+); the model was not updated") as caught:
         train(config, tmp_path / "nan")
     kept = checkpoints(tmp_path / "nan")
@@ -267,8 +329,11 @@ def test_a_non_finite_update_stops_at_once_and_no_checkpoint_holds_it(tiny_bert,
 
     handle = register_optimizer_step_post_hook(poison)
     try:
-        with pytest.raises(TrainingStopped, match=r"non-finite weights after the update of step 2 \(.+\); nothing was "
-                                                  r"saved\. Last good checkpoint: .*step-00000001$"):
+        with pytest.raises(
+            TrainingStopped,
+            match=r"non-finite weights after the update of step 2 \(.+\); nothing was "
+            r"saved\. Last good checkpoint: .*step-00000001$",
+        ):
             train(tiny_config(tiny_bert, triplets_file, logging={"checkpoint_every": 1}), tmp_path / "nan")
     finally:
         handle.remove()
@@ -280,8 +345,9 @@ def test_a_non_finite_update_stops_at_once_and_no_checkpoint_holds_it(tiny_bert,
 def test_cli_an_overflowing_update_exits_2_in_one_line(tiny_bert, triplets_file, tmp_path, cli):
     """lr = 3e38 is a finite number (accepted), but AdamW's first step size (lr / 0.1) overflows float32: a
     traceback before."""
-    config = tiny_config(tiny_bert, triplets_file, optimization={"lr": 3e38, "warmup_steps": 0},
-                         logging={"checkpoint_every": 1})
+    config = tiny_config(
+        tiny_bert, triplets_file, optimization={"lr": 3e38, "warmup_steps": 0}, logging={"checkpoint_every": 1}
+    )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config.to_dict()))
     result = cli("train", path, "--output", tmp_path / "run")
@@ -356,15 +422,20 @@ def test_explosion_is_measured_against_chance_not_a_lucky_batch():
     assert distilling.update({**record, "uniform_loss": None, "loss": 5.5})[0] == "explosion"
 
 
-@pytest.mark.parametrize("history, fires_at", [
-    # the logged InfoNCE ranking losses of two committed runs (9 candidates, ln 9 = 2.1972), first 7 logs
-    ([2.1969, 2.1976, 2.2015, 2.1954, 2.1958, 2.1960, 2.1950], 5),  # tiny__k16__tied: uniform
-    ([0.4268, 0.2563, 0.2587, 0.3104, 0.1745, 0.2221, 0.1502], None),  # tiny__k1__none: healthy
-])
+@pytest.mark.parametrize(
+    "history, fires_at",
+    [
+        # the logged InfoNCE ranking losses of two committed runs (9 candidates, ln 9 = 2.1972), first 7 logs
+        ([2.1969, 2.1976, 2.2015, 2.1954, 2.1958, 2.1960, 2.1950], 5),  # tiny__k16__tied: uniform
+        ([0.4268, 0.2563, 0.2587, 0.3104, 0.1745, 0.2221, 0.1502], None),  # tiny__k1__none: healthy
+    ],
+)
 def test_uniform_collapse_on_the_losses_of_committed_runs(history, fires_at):
     detector = CollapseDetector(vocab_size=30522)
-    found = [detector.update({"loss": loss, "ranking_loss": loss, "uniform_loss": math.log(9), "q_nnz": 50, "d_nnz": 100})
-             for loss in history]
+    found = [
+        detector.update({"loss": loss, "ranking_loss": loss, "uniform_loss": math.log(9), "q_nnz": 50, "d_nnz": 100})
+        for loss in history
+    ]
     fired = [i + 1 for i, hit in enumerate(found) if hit]
     assert fired == ([] if fires_at is None else [fires_at])
 
@@ -387,11 +458,26 @@ def test_metrics_carry_the_collapse_signals(tiny_bert, triplets_file, tmp_path):
 
 
 HEALTHY_REPORT = {  # the shape of `spladekit diagnose` of a healthy SPLADE model (values illustrative)
-    "architecture": "BertForMaskedLM", "model_type": "bert", "vocab_size": 30522, "hidden_size": 128,
-    "head_param": "cls.predictions.decoder.weight", "tied": True, "frobenius_norm": 250.0, "mean_row_norm": 1.4,
-    "max_row_norm": 3.0, "bias_mean": -0.5, "bias_std": 0.3, "avg_q_nnz": 20.0, "avg_d_nnz": 80.0,
-    "mean_term_weight": 0.8, "max_term_weight": 2.5, "median_pair_score": 15.7, "mean_score": 4.0,
-    "recommended_k": 1.0, "word_position_ratio": 1.64}
+    "architecture": "BertForMaskedLM",
+    "model_type": "bert",
+    "vocab_size": 30522,
+    "hidden_size": 128,
+    "head_param": "cls.predictions.decoder.weight",
+    "tied": True,
+    "frobenius_norm": 250.0,
+    "mean_row_norm": 1.4,
+    "max_row_norm": 3.0,
+    "bias_mean": -0.5,
+    "bias_std": 0.3,
+    "avg_q_nnz": 20.0,
+    "avg_d_nnz": 80.0,
+    "mean_term_weight": 0.8,
+    "max_term_weight": 2.5,
+    "median_pair_score": 15.7,
+    "mean_score": 4.0,
+    "recommended_k": 1.0,
+    "word_position_ratio": 1.64,
+}
 
 
 def test_step0_warnings_name_inflated_scores_and_shrunken_word_embeddings():
@@ -461,9 +547,13 @@ def without_timing(records):
 def test_resume_after_kill_9_reproduces_the_uninterrupted_losses(tiny_bert, tmp_path):
     """kill -9 a CLI run after its first checkpoint, resume it: metrics equal an uninterrupted run's."""
     triplets = write_triplets(tmp_path / "t.tsv", negatives=2)
-    sections = {"optimization": {"steps": 24, "lr": 3e-3, "warmup_steps": 2}, "data": {"negatives": 2},
-                "regularizer": {"lambda_q": 0.01, "lambda_d": 0.01, "warmup_steps": 20},
-                "backbone": {"dropout": True}, "logging": {"checkpoint_every": 4}}
+    sections = {
+        "optimization": {"steps": 24, "lr": 3e-3, "warmup_steps": 2},
+        "data": {"negatives": 2},
+        "regularizer": {"lambda_q": 0.01, "lambda_d": 0.01, "warmup_steps": 20},
+        "backbone": {"dropout": True},
+        "logging": {"checkpoint_every": 4},
+    }
     config = tiny_config(tiny_bert, triplets, **sections)
     reference = read_metrics(train(config, tmp_path / "reference").output)
     config_file = tmp_path / "config.yaml"

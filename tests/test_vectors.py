@@ -31,30 +31,60 @@ def _cut(path):
 
 
 def _pickled(path):  # an object array: loading it would need pickle, which is never allowed
-    np.savez(path, format=np.array("csr"), shape=np.array([4, 30]), data=np.array([object()] * 4, dtype=object),
-             indices=np.array([0, 1, 2, 3]), indptr=np.array([0, 1, 2, 3, 4]))
+    np.savez(
+        path,
+        format=np.array("csr"),
+        shape=np.array([4, 30]),
+        data=np.array([object()] * 4, dtype=object),
+        indices=np.array([0, 1, 2, 3]),
+        indptr=np.array([0, 1, 2, 3, 4]),
+    )
 
 
 def _out_of_range(path):
-    np.savez(path, format=np.array("csr"), shape=np.array([4, 30]), data=np.ones(4, np.float32),
-             indices=np.array([0, 1, 2, 99]), indptr=np.array([0, 1, 2, 3, 4]))
+    np.savez(
+        path,
+        format=np.array("csr"),
+        shape=np.array([4, 30]),
+        data=np.ones(4, np.float32),
+        indices=np.array([0, 1, 2, 99]),
+        indptr=np.array([0, 1, 2, 3, 4]),
+    )
 
 
 DAMAGES = {
     "empty npz": ("vectors.npz", lambda path: path.write_bytes(b""), "corrupt or unreadable sparse matrix"),
     "truncated npz": ("vectors.npz", _cut, "corrupt or unreadable sparse matrix"),
-    "garbage npz": ("vectors.npz", lambda path: path.write_bytes(b"garbage" * 50), "corrupt or unreadable sparse matrix"),
+    "garbage npz": (
+        "vectors.npz",
+        lambda path: path.write_bytes(b"garbage" * 50),
+        "corrupt or unreadable sparse matrix",
+    ),
     "pickled npz": ("vectors.npz", _pickled, "corrupt or unreadable sparse matrix"),
     "index out of range": ("vectors.npz", _out_of_range, "corrupt or unreadable sparse matrix"),
     "ids not a list": ("ids.json", lambda path: path.write_text('{"d1": 0}'), "expected a JSON list"),
-    "ids not strings": ("ids.json", lambda path: path.write_text('["d1", 2, "d3", "d4"]'), "id #2 must be a string, got 2"),
-    "id with a space": ("ids.json", lambda path: path.write_text('["d1", "d 2", "d3", "d4"]'), "id #2 'd 2' contains whitespace"),
-    "id with a newline": ("ids.json", lambda path: path.write_text(json.dumps(["d1", "d2", "d3", "d\n4"])),
-                          "id #4 'd\\n4' contains whitespace"),
+    "ids not strings": (
+        "ids.json",
+        lambda path: path.write_text('["d1", 2, "d3", "d4"]'),
+        "id #2 must be a string, got 2",
+    ),
+    "id with a space": (
+        "ids.json",
+        lambda path: path.write_text('["d1", "d 2", "d3", "d4"]'),
+        "id #2 'd 2' contains whitespace",
+    ),
+    "id with a newline": (
+        "ids.json",
+        lambda path: path.write_text(json.dumps(["d1", "d2", "d3", "d\n4"])),
+        "id #4 'd\\n4' contains whitespace",
+    ),
     "empty id": ("ids.json", lambda path: path.write_text('["d1", "", "d3", "d4"]'), "id #2 is empty"),
     "ids not JSON": ("ids.json", lambda path: path.write_text('["d1", '), "not valid JSON"),
-    "meta of the wrong type": ("meta.json", lambda path: path.write_text('{"max_length": "64"}'),
-                               "'max_length' must be an integer, got '64'"),
+    "meta of the wrong type": (
+        "meta.json",
+        lambda path: path.write_text('{"max_length": "64"}'),
+        "'max_length' must be an integer, got '64'",
+    ),
 }
 
 

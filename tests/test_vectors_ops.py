@@ -15,8 +15,10 @@ def brute_force_top(matrix: sp.csr_matrix, k: int) -> np.ndarray:
     dense = np.zeros(matrix.shape, dtype=matrix.dtype)
     for row in range(matrix.shape[0]):
         start, end = matrix.indptr[row], matrix.indptr[row + 1]
-        pairs = sorted(zip(matrix.indices[start:end].tolist(), matrix.data[start:end].tolist()),
-                       key=lambda pair: (-pair[1], pair[0]))
+        pairs = sorted(
+            zip(matrix.indices[start:end].tolist(), matrix.data[start:end].tolist()),
+            key=lambda pair: (-pair[1], pair[0]),
+        )
         for term, weight in pairs[:k]:
             dense[row, term] = weight
     return dense
@@ -46,18 +48,23 @@ def test_keep_top_weights_equals_a_per_row_brute_force(seed, k):
 
 
 def test_ties_go_to_the_lower_term_id_and_short_rows_keep_everything():
-    matrix = sp.csr_matrix(np.array([[0.5, 2.0, 0.0, 2.0, 1.0, 2.0],
-                                     [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-                                     [3.0, 0.0, 1.0, 0.0, 0.0, 0.0]], dtype=np.float32))
-    np.testing.assert_array_equal(keep_top_weights(matrix, 2).toarray(),
-                                  [[0, 2, 0, 2, 0, 0], [0] * 6, [3, 0, 1, 0, 0, 0]])
+    matrix = sp.csr_matrix(
+        np.array(
+            [[0.5, 2.0, 0.0, 2.0, 1.0, 2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [3.0, 0.0, 1.0, 0.0, 0.0, 0.0]],
+            dtype=np.float32,
+        )
+    )
+    np.testing.assert_array_equal(
+        keep_top_weights(matrix, 2).toarray(), [[0, 2, 0, 2, 0, 0], [0] * 6, [3, 0, 1, 0, 0, 0]]
+    )
     np.testing.assert_array_equal(keep_top_weights(matrix, 1).toarray()[0], [0, 2, 0, 0, 0, 0])
 
 
 def test_unsorted_csr_input_is_pruned_by_term_id_not_by_storage_order():
     # row 0 stores term 4 before term 1, both weight 1.0: term 1 must win the tie
-    matrix = sp.csr_matrix((np.array([1.0, 1.0, 0.5], dtype=np.float32), np.array([4, 1, 2]), np.array([0, 3])),
-                           shape=(1, 6))
+    matrix = sp.csr_matrix(
+        (np.array([1.0, 1.0, 0.5], dtype=np.float32), np.array([4, 1, 2]), np.array([0, 3])), shape=(1, 6)
+    )
     assert not matrix.has_sorted_indices
     np.testing.assert_array_equal(keep_top_weights(matrix, 1).toarray(), [[0, 1, 0, 0, 0, 0]])
 

@@ -28,14 +28,95 @@ PROJECTION_PATHS = {
 GTE_CODE = Path(__file__).parent / "fixtures" / "gte_standin"
 
 WORDS = [
-    "the", "a", "an", "of", "to", "in", "and", "or", "is", "are", "was", "be", "for", "on", "with", "by", "as",
-    "at", "from", "that", "this", "it", "what", "how", "who", "why", "which", "capital", "france", "paris",
-    "city", "river", "seine", "vaccine", "immune", "system", "virus", "vitamin", "bone", "pain", "muscle",
-    "novel", "written", "water", "boils", "pressure", "python", "list", "light", "speed", "plant", "glucose",
-    "oxygen", "price", "inflation", "diabetes", "treatment", "war", "japan", "travel", "spring", "autumn",
-    "document", "query", "search", "retrieval", "sparse", "dense", "model", "train", "test", "cat", "dog", "sat",
-    "mat", "quick", "brown", "fox", "jumps", "over", "lazy", "data", "science", "protein", "cell", "gene",
-    "study", "result", "effect"
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "and",
+    "or",
+    "is",
+    "are",
+    "was",
+    "be",
+    "for",
+    "on",
+    "with",
+    "by",
+    "as",
+    "at",
+    "from",
+    "that",
+    "this",
+    "it",
+    "what",
+    "how",
+    "who",
+    "why",
+    "which",
+    "capital",
+    "france",
+    "paris",
+    "city",
+    "river",
+    "seine",
+    "vaccine",
+    "immune",
+    "system",
+    "virus",
+    "vitamin",
+    "bone",
+    "pain",
+    "muscle",
+    "novel",
+    "written",
+    "water",
+    "boils",
+    "pressure",
+    "python",
+    "list",
+    "light",
+    "speed",
+    "plant",
+    "glucose",
+    "oxygen",
+    "price",
+    "inflation",
+    "diabetes",
+    "treatment",
+    "war",
+    "japan",
+    "travel",
+    "spring",
+    "autumn",
+    "document",
+    "query",
+    "search",
+    "retrieval",
+    "sparse",
+    "dense",
+    "model",
+    "train",
+    "test",
+    "cat",
+    "dog",
+    "sat",
+    "mat",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "data",
+    "science",
+    "protein",
+    "cell",
+    "gene",
+    "study",
+    "result",
+    "effect",
 ]
 SUBWORDS = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,?!-")
 VOCAB = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS + SUBWORDS))
@@ -61,23 +142,28 @@ def _config(arch: str):
     if arch == "bert":
         return T.BertConfig(hidden_size=32, max_position_embeddings=MAX_POSITIONS, **layers, **common)
     if arch == "distilbert":
-        return T.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=64,
-                                  max_position_embeddings=MAX_POSITIONS, **common)
+        return T.DistilBertConfig(
+            dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=MAX_POSITIONS, **common
+        )
     if arch == "albert":  # factorized embeddings: decoder is V x 16, hidden 32
-        return T.AlbertConfig(embedding_size=16, hidden_size=32, max_position_embeddings=MAX_POSITIONS, **layers, **common)
+        return T.AlbertConfig(
+            embedding_size=16, hidden_size=32, max_position_embeddings=MAX_POSITIONS, **layers, **common
+        )
     if arch == "roberta":
         return T.RobertaConfig(hidden_size=32, max_position_embeddings=MAX_POSITIONS + 2, **layers, **common)
     if arch in ("modernbert", "ettin"):  # Ettin encoders are ModernBERT configs
         specials = dict(bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3)
         extra = dict(global_attn_every_n_layers=2, local_attention=16) if arch == "ettin" else {}
-        return T.ModernBertConfig(hidden_size=32, max_position_embeddings=MAX_POSITIONS, **layers, **common,
-                                  **specials, **extra)
+        return T.ModernBertConfig(
+            hidden_size=32, max_position_embeddings=MAX_POSITIONS, **layers, **common, **specials, **extra
+        )
     raise ValueError(arch)
 
 
 def _load_gte_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"gte_standin.{name}", GTE_CODE / f"{name}.py",
-                                                  submodule_search_locations=None)
+    spec = importlib.util.spec_from_file_location(
+        f"gte_standin.{name}", GTE_CODE / f"{name}.py", submodule_search_locations=None
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

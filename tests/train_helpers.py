@@ -10,7 +10,7 @@ import pytest
 from spladekit.train.config import config_from_dict
 from tiny_models import WORDS, build_tiny_model
 
-TOPICS = [WORDS[start:start + 6] for start in range(5, 89, 6)]  # 14 disjoint six-word topics
+TOPICS = [WORDS[start : start + 6] for start in range(5, 89, 6)]  # 14 disjoint six-word topics
 
 
 def write_triplets(path: Path, per_topic: int = 3, negatives: int = 1, seed: int = 0) -> Path:
@@ -22,7 +22,9 @@ def write_triplets(path: Path, per_topic: int = 3, negatives: int = 1, seed: int
             query = " ".join(rng.sample(topic, 3))
             positive = " ".join(rng.sample(topic, 5) + rng.sample(WORDS, 2))
             others = [TOPICS[(index + rng.randrange(1, len(TOPICS))) % len(TOPICS)] for _ in range(negatives)]
-            lines.append("\t".join([query, positive] + [" ".join(rng.sample(o, 5) + rng.sample(WORDS, 2)) for o in others]))
+            lines.append(
+                "\t".join([query, positive] + [" ".join(rng.sample(o, 5) + rng.sample(WORDS, 2)) for o in others])
+            )
     path.write_text("\n".join(lines) + "\n")
     return path
 

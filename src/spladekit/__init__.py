@@ -46,10 +46,29 @@ _LAZY = {
 }
 
 __all__ = [
-    "EvaluationResult", "HeadReport", "InferenceFreeEncoder", "InputError", "RescaleRecord", "Run",
-    "SparseEncoder", "SpladekitError", "TrainConfig", "TrainedRun", "Vectors", "__version__", "apply_rescale",
-    "build_index", "diagnose", "evaluate", "evaluate_data", "load_collection", "load_config", "load_index",
-    "load_model", "resolve_rescale", "train",
+    "EvaluationResult",
+    "HeadReport",
+    "InferenceFreeEncoder",
+    "InputError",
+    "RescaleRecord",
+    "Run",
+    "SparseEncoder",
+    "SpladekitError",
+    "TrainConfig",
+    "TrainedRun",
+    "Vectors",
+    "__version__",
+    "apply_rescale",
+    "build_index",
+    "diagnose",
+    "evaluate",
+    "evaluate_data",
+    "load_collection",
+    "load_config",
+    "load_index",
+    "load_model",
+    "resolve_rescale",
+    "train",
 ]
 
 if TYPE_CHECKING:

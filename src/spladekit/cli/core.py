@@ -18,32 +18,48 @@ TRUST_REMOTE_CODE = typer.Option(
     False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
 )
 JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
-DEVICE = typer.Option("auto", "--device", help="Where the model runs: auto (the GPU when CUDA is available, "
-                      "else the CPU), cpu, cuda or cuda:N.")
-JSON_OUTPUT = typer.Option(None, "--output", "-o", help="Also write the JSON result to this file (must not exist "
-                           "unless --overwrite; checked before the work).")
+DEVICE = typer.Option(
+    "auto",
+    "--device",
+    help="Where the model runs: auto (the GPU when CUDA is available, else the CPU), cpu, cuda or cuda:N.",
+)
+JSON_OUTPUT = typer.Option(
+    None,
+    "--output",
+    "-o",
+    help="Also write the JSON result to this file (must not exist unless --overwrite; checked before the work).",
+)
 OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
 
 
 def max_active_dims_option(what: str) -> Any:  # typer.Option's own return type
     """``--max-active-dims K`` (checked by ``vectors_ops.check_max_active_dims``: a bad K is one error line)."""
-    return typer.Option(None, "--max-active-dims", help=f"Keep only the K largest weights of each {what} vector "
-                        "(ties: the lower term id); K >= 1. Default: keep all.")
+    return typer.Option(
+        None,
+        "--max-active-dims",
+        help=f"Keep only the K largest weights of each {what} vector "
+        "(ties: the lower term id); K >= 1. Default: keep all.",
+    )
 
 
 def _report_text(report: HeadReport) -> str:
     lines = [
         f"architecture      {report.architecture} ({report.model_type})",
         f"head              {report.head_param}  [{report.vocab_size} x {report.hidden_size}]  tied={report.tied}",
-        f"norms             frobenius {report.frobenius_norm:.2f}  row mean {report.mean_row_norm:.3f}  row max {report.max_row_norm:.3f}",
+        f"norms             frobenius {report.frobenius_norm:.2f}  row mean {report.mean_row_norm:.3f}  "
+        f"row max {report.max_row_norm:.3f}",
         f"bias              mean {report.bias_mean}  std {report.bias_std}",
         f"initial vectors   q nnz {report.avg_q_nnz:.1f}  d nnz {report.avg_d_nnz:.1f}  "
         f"term weight mean {report.mean_term_weight:.3f} max {report.max_term_weight:.3f}",
         f"initial scores    median pair {report.median_pair_score:.2f}  mean q x d {report.mean_score:.2f}",
         f"pair score by k   {report.scores_by_k}",
         f"recommended k     {report.recommended_k:g}  mode {report.recommended_mode}"
-        + ("" if report.word_position_ratio is None else
-           f"  (word/position embedding norm {report.word_position_ratio:.2f}; tied divides it by k, untie below 1)"),
+        + (
+            ""
+            if report.word_position_ratio is None
+            else f"  (word/position embedding norm {report.word_position_ratio:.2f}; "
+            "tied divides it by k, untie below 1)"
+        ),
     ]
     if report.rescale:
         lines.append(f"already rescaled  {report.rescale} (recommended k is relative to this)")
@@ -56,14 +72,18 @@ def _report_text(report: HeadReport) -> str:
 def diagnose(
     backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
     sample: Optional[Path] = typer.Option(
-        None, help="Triplets/pairs TSV (query<TAB>document[<TAB>…]) for the initial SPLADE statistics; "
-        "default: 12 built-in English query–document pairs."
+        None,
+        help="Triplets/pairs TSV (query<TAB>document[<TAB>…]) for the initial SPLADE statistics; "
+        "default: 12 built-in English query–document pairs.",
     ),
     sample_size: int = typer.Option(64, min=1, help="How many pairs of --sample to use."),
     max_length: int = typer.Option(256, min=8, help="Token limit for the sample texts."),
-    mode: str = typer.Option("auto", help="The rescaling each candidate k of auto-k is scored under: tied (the "
-                             "shared matrix: with a tied head the input embeddings shrink too), untie (the head "
-                             "only), or auto: tied, then untie when the recommended mode for that k is untie."),
+    mode: str = typer.Option(
+        "auto",
+        help="The rescaling each candidate k of auto-k is scored under: tied (the "
+        "shared matrix: with a tied head the input embeddings shrink too), untie (the head "
+        "only), or auto: tied, then untie when the recommended mode for that k is untie.",
+    ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -90,17 +110,29 @@ def diagnose(
 @app.command()
 def rescale(
     backbone: str = typer.Argument(..., help="Hub id or local folder of a masked-LM model."),
-    k: str = typer.Option(..., "--k", help="Divide the vocabulary projection by k (a positive finite number), "
-                          "or 'auto': the recommended k of `spladekit diagnose` (built-in sample pairs)."),
-    mode: str = typer.Option("tied", help="tied: scale the shared matrix, keep the tie (paper). "
-                             "untie: copy the head first, scale only the copy; input embeddings untouched. "
-                             "auto: untie when tied rescaling would shrink word embeddings below position "
-                             "embeddings, else tied (see `spladekit diagnose`)."),
+    k: str = typer.Option(
+        ...,
+        "--k",
+        help="Divide the vocabulary projection by k (a positive finite number), "
+        "or 'auto': the recommended k of `spladekit diagnose` (built-in sample pairs).",
+    ),
+    mode: str = typer.Option(
+        "tied",
+        help="tied: scale the shared matrix, keep the tie (paper). "
+        "untie: copy the head first, scale only the copy; input embeddings untouched. "
+        "auto: untie when tied rescaling would shrink word embeddings below position "
+        "embeddings, else tied (see `spladekit diagnose`).",
+    ),
     rescale_bias: bool = typer.Option(False, "--rescale-bias", help="Divide the projection bias by k too."),
-    output: Path = typer.Option(..., "--output", "-o", help="Folder for the rescaled model (must not exist unless "
-                                "--overwrite; written atomically)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder (once the new "
-                                   "one is complete)."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Folder for the rescaled model (must not exist unless --overwrite; written atomically).",
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace an existing output folder (once the new one is complete)."
+    ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -119,47 +151,90 @@ def rescale(
         before = head_norms(encoder.model)
         after = head_norms(apply_rescale(encoder, record).model)
         model.save(staged)
-    payload = {"backbone": backbone, "k": record.k, "mode": record.mode, "rescale_bias": rescale_bias,
-               "auto": list(record.auto), "output": str(output), "before": before, "after": after}
-    emit(payload, as_json, None,
-         f"head frobenius norm {before['frobenius_norm']:.3f} -> {after['frobenius_norm']:.3f} "
-         f"({record.describe()}); saved to {output}")
+    payload = {
+        "backbone": backbone,
+        "k": record.k,
+        "mode": record.mode,
+        "rescale_bias": rescale_bias,
+        "auto": list(record.auto),
+        "output": str(output),
+        "before": before,
+        "after": after,
+    }
+    emit(
+        payload,
+        as_json,
+        None,
+        f"head frobenius norm {before['frobenius_norm']:.3f} -> {after['frobenius_norm']:.3f} "
+        f"({record.describe()}); saved to {output}",
+    )
 
 
 @app.command()
 def encode(
     model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
-    corpus: str = typer.Option(..., help="The texts: a JSONL file (one {\"_id\", \"text\", \"title\"?} object per "
-                               "line), a BEIR folder (its corpus.jsonl), a Hugging Face parquet folder or dataset id "
-                               "(corpus config), or an ir_datasets id (its documents). Read lazily, twice: a "
-                               "validating pass, then the encoding."),
-    output: Path = typer.Option(..., "--output", "-o", help="Sharded vectors folder to write: shards/NNNNN/ "
-                                "(vectors.npz CSR float32, ids.json, a shard.json sidecar with sha256, rows, nnz) "
-                                "and manifest.json, written last, when every shard is complete. Must not exist "
-                                "unless --overwrite or --resume."),
-    shard_size: int = typer.Option(DEFAULT_SHARD_SIZE, "--shard-size", help="Documents per shard (>= 1): the unit of memory "
-                                   "(one shard's texts and vectors are held at a time), of --resume and of "
-                                   "--shard/torchrun parallelism."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted encode into --output: keep the "
-                                "complete shards whose checksums and plan (model weights, corpus, options, shard "
-                                "size) match, encode the missing or damaged ones. Another plan is an error."),
-    shard: Optional[str] = typer.Option(None, "--shard", metavar="I/N", help="Encode only shards j with "
-                                        "j % N == I (0 <= I < N; Slurm job arrays) into the shared --output; the "
-                                        "process that completes the last shard writes the manifest. Under torchrun "
-                                        "the ranks split the shards the same way (RANK/WORLD_SIZE)."),
+    corpus: str = typer.Option(
+        ...,
+        help='The texts: a JSONL file (one {"_id", "text", "title"?} object per '
+        "line), a BEIR folder (its corpus.jsonl), a Hugging Face parquet folder or dataset id "
+        "(corpus config), or an ir_datasets id (its documents). Read lazily, twice: a "
+        "validating pass, then the encoding.",
+    ),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Sharded vectors folder to write: shards/NNNNN/ "
+        "(vectors.npz CSR float32, ids.json, a shard.json sidecar with sha256, rows, nnz) "
+        "and manifest.json, written last, when every shard is complete. Must not exist "
+        "unless --overwrite or --resume.",
+    ),
+    shard_size: int = typer.Option(
+        DEFAULT_SHARD_SIZE,
+        "--shard-size",
+        help="Documents per shard (>= 1): the unit of memory "
+        "(one shard's texts and vectors are held at a time), of --resume and of "
+        "--shard/torchrun parallelism.",
+    ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue an interrupted encode into --output: keep the "
+        "complete shards whose checksums and plan (model weights, corpus, options, shard "
+        "size) match, encode the missing or damaged ones. Another plan is an error.",
+    ),
+    shard: Optional[str] = typer.Option(
+        None,
+        "--shard",
+        metavar="I/N",
+        help="Encode only shards j with "
+        "j % N == I (0 <= I < N; Slurm job arrays) into the shared --output; the "
+        "process that completes the last shard writes the manifest. Under torchrun "
+        "the ranks split the shards the same way (RANK/WORLD_SIZE).",
+    ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    side: str = typer.Option("document", help="Encode the texts as documents (default) or as queries: each side "
-                             "has its own token limit (queries: the model's query_max_length when it records one, "
-                             "else its max length)."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit of --side (default: the model's limit "
-                                             "for that side, else 256)."),
+    side: str = typer.Option(
+        "document",
+        help="Encode the texts as documents (default) or as queries: each side "
+        "has its own token limit (queries: the model's query_max_length when it records one, "
+        "else its max length).",
+    ),
+    max_length: Optional[int] = typer.Option(
+        None, min=8, help="Token limit of --side (default: the model's limit for that side, else 256)."
+    ),
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
-    overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete; "
-                                   "single process only, not with --resume)."),
-    pooling: str = typer.Option("fused", help="SPLADE head: fused (exact fp32, default), fused-bf16 (a bf16 matmul "
-                                "screens the terms under a proven rounding-error bound, fp32 recomputes the rest: "
-                                "the same non-zero set; faster only where bf16 matmuls are, e.g. AVX512-BF16 CPUs "
-                                "and GPUs, see docs/benchmarks.md) or naive (B x L x V logits)."),
+    overwrite: bool = typer.Option(
+        False,
+        help="Replace an existing output folder (once the new one is complete; "
+        "single process only, not with --resume).",
+    ),
+    pooling: str = typer.Option(
+        "fused",
+        help="SPLADE head: fused (exact fp32, default), fused-bf16 (a bf16 matmul "
+        "screens the terms under a proven rounding-error bound, fp32 recomputes the rest: "
+        "the same non-zero set; faster only where bf16 matmuls are, e.g. AVX512-BF16 CPUs "
+        "and GPUs, see docs/benchmarks.md) or naive (B x L x V logits).",
+    ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     device: str = DEVICE,
     as_json: bool = JSON_FLAG,
@@ -170,16 +245,42 @@ def encode(
     or `torchrun --nproc-per-node N -m spladekit encode …` (one GPU per rank when present)."""
     from spladekit.vectors.encoding import encode_to_shards
 
-    result = encode_to_shards(model, corpus, output, shard_size=shard_size, resume=resume, overwrite=overwrite,
-                              shard=shard, batch_size=batch_size, side=side, max_length=max_length,
-                              max_active_dims=max_active_dims, pooling=pooling, trust_remote_code=trust_remote_code,
-                              device=device)
+    result = encode_to_shards(
+        model,
+        corpus,
+        output,
+        shard_size=shard_size,
+        resume=resume,
+        overwrite=overwrite,
+        shard=shard,
+        batch_size=batch_size,
+        side=side,
+        max_length=max_length,
+        max_active_dims=max_active_dims,
+        pooling=pooling,
+        trust_remote_code=trust_remote_code,
+        device=device,
+    )
     meta = {} if result.manifest is None else result.manifest["meta"]
-    payload = {**meta, "output": str(output), "complete": result.manifest is not None, "shards": result.shards,
-               "documents": result.documents, "encoded_shards": result.encoded, "reused_shards": result.reused,
-               "seconds": result.seconds}
-    done = (f"complete: {meta['documents']} texts, avg nnz {meta['avg_nnz']:.1f}" if result.manifest is not None
-            else "not complete yet: the process that seals the last shard (under torchrun: rank 0) writes "
-            "manifest.json")
-    emit(payload, as_json, None, f"encoded {len(result.encoded)} of {result.shards} shards, reused "
-         f"{len(result.reused)} in {result.seconds:.1f}s; {done} -> {output}")
+    payload = {
+        **meta,
+        "output": str(output),
+        "complete": result.manifest is not None,
+        "shards": result.shards,
+        "documents": result.documents,
+        "encoded_shards": result.encoded,
+        "reused_shards": result.reused,
+        "seconds": result.seconds,
+    }
+    done = (
+        f"complete: {meta['documents']} texts, avg nnz {meta['avg_nnz']:.1f}"
+        if result.manifest is not None
+        else "not complete yet: the process that seals the last shard (under torchrun: rank 0) writes manifest.json"
+    )
+    emit(
+        payload,
+        as_json,
+        None,
+        f"encoded {len(result.encoded)} of {result.shards} shards, reused "
+        f"{len(result.reused)} in {result.seconds:.1f}s; {done} -> {output}",
+    )

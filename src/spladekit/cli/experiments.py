@@ -16,13 +16,20 @@ from spladekit.common.errors import SpladekitError
 
 @app.command()
 def sweep(
-    config: Path = typer.Argument(..., help="Sweep YAML: recipe, backbones, k grid, modes, evaluation "
-                                  "(see configs/mini-repro.yaml and docs/experiments.md)."),
+    config: Path = typer.Argument(
+        ...,
+        help="Sweep YAML: recipe, backbones, k grid, modes, evaluation "
+        "(see configs/mini-repro.yaml and docs/experiments.md).",
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Sweep folder (created; re-running resumes it)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate backbones, data and suites and print the plan "
-                                 "with an estimated cost; train nothing."),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="Run only the runs whose name contains this "
-                                             "(repeatable), e.g. --only tiny__k4."),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Validate backbones, data and suites and print the plan with an estimated cost; train nothing.",
+    ),
+    only: Optional[list[str]] = typer.Option(
+        None, "--only", help="Run only the runs whose name contains this (repeatable), e.g. --only tiny__k4."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Train and evaluate every backbone × k × mode of CONFIG with one shared recipe (resumable)."""
@@ -44,8 +51,10 @@ def sweep(
         console = Console(width=150)
         if not as_json:
             console.print(table)
-            console.print(f"estimated total training: {result['estimated_total_train_hours_on_this_machine']} h on this "
-                          f"machine (covers {result['estimate_covers_runs']} runs; evaluation not included)")
+            console.print(
+                f"estimated total training: {result['estimated_total_train_hours_on_this_machine']} h on this "
+                f"machine (covers {result['estimate_covers_runs']} runs; evaluation not included)"
+            )
             for problem in result["problems"]:
                 console.print(f"[red]problem:[/red] {problem}")
         else:
@@ -54,16 +63,21 @@ def sweep(
             raise SpladekitError(f"{config}: {len(result['problems'])} problem(s) found by --dry-run")
         return
     records = run_sweep(settings, output, only=only)
-    emit({"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; "
-         f"next: spladekit report {output}")
+    emit(
+        {"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; next: spladekit report {output}"
+    )
 
 
 @app.command()
 def report(
     directory: Path = typer.Argument(..., help="A sweep folder written by `spladekit sweep`."),
-    contrast: list[str] = typer.Option([], "--contrast", help="Also test configuration A against B, written A:B "
-                                       "(names as in the report's configuration table, e.g. tiny__k16__untie:tiny__k16__tied, "
-                                       "or a baseline such as bm25); repeatable."),
+    contrast: list[str] = typer.Option(
+        [],
+        "--contrast",
+        help="Also test configuration A against B, written A:B "
+        "(names as in the report's configuration table, e.g. tiny__k16__untie:tiny__k16__tied, "
+        "or a baseline such as bm25); repeatable.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Build results.csv, results.md (paper-style table, best k per backbone, auto-k check, paired tests over

@@ -15,19 +15,33 @@ from spladekit.common.errors import SpladekitError
 
 @app.command()
 def explain(
-    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, sentence-transformers "
-                                "SparseEncoder, naver/splade, or any masked-LM)."),
-    texts: list[str] = typer.Argument(..., metavar="TEXT [TEXT]", help="One text: its top terms. Two: QUERY "
-                                      "DOCUMENT, the terms contributing to their score q·d, sorted by q_v·d_v."),
+    model: str = typer.Argument(
+        ...,
+        help="Hub id or folder of a model (spladekit, sentence-transformers "
+        "SparseEncoder, naver/splade, or any masked-LM).",
+    ),
+    texts: list[str] = typer.Argument(
+        ...,
+        metavar="TEXT [TEXT]",
+        help="One text: its top terms. Two: QUERY "
+        "DOCUMENT, the terms contributing to their score q·d, sorted by q_v·d_v.",
+    ),
     top: int = typer.Option(20, "--top", help="How many terms (or contributions) to show; at least 1."),
-    side: Optional[str] = typer.Option(None, help="With one TEXT: encode it as a 'query' or a 'document' "
-                                       "(default). A pair is always query then document."),
-    corpus: Optional[Path] = typer.Option(None, help="JSONL corpus to take the document from (with --doc-id): "
-                                          "then TEXT is the query."),
+    side: Optional[str] = typer.Option(
+        None,
+        help="With one TEXT: encode it as a 'query' or a 'document' (default). A pair is always query then document.",
+    ),
+    corpus: Optional[Path] = typer.Option(
+        None, help="JSONL corpus to take the document from (with --doc-id): then TEXT is the query."
+    ),
     doc_id: Optional[str] = typer.Option(None, help="Id of the document in --corpus to explain TEXT against."),
     max_length: Optional[int] = typer.Option(None, help="Token limit, at least 8 (default: the model's, else 256)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write a self-contained HTML page with bar "
-                                        "charts of the term weights (must not exist unless --overwrite)."),
+    html: Optional[Path] = typer.Option(
+        None,
+        "--html",
+        help="Also write a self-contained HTML page with bar "
+        "charts of the term weights (must not exist unless --overwrite).",
+    ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -36,7 +50,14 @@ def explain(
     """Show what a SPLADE vector holds (top terms and weights), or why a document scores what it does for a
     query (shared terms by contribution q_v·d_v; they sum to the score)."""
     from spladekit.data.jsonl import read_document
-    from spladekit.evaluation.explain import check_text, check_top, explain_pair, explain_text, terminal_table, write_html
+    from spladekit.evaluation.explain import (
+        check_text,
+        check_top,
+        explain_pair,
+        explain_text,
+        terminal_table,
+        write_html,
+    )
     from spladekit.model.encoder import SparseEncoder, check_side
 
     if len(texts) > 2:
@@ -58,12 +79,17 @@ def explain(
     if output is not None and html is not None and os.path.abspath(output) == os.path.abspath(html):
         raise SpladekitError(f"{html}: --output and --html name the same file")
 
-    with opened(output, folder=False, overwrite=overwrite) as staged_json, \
-            opened(html, folder=False, overwrite=overwrite) as staged_html:
+    with (
+        opened(output, folder=False, overwrite=overwrite) as staged_json,
+        opened(html, folder=False, overwrite=overwrite) as staged_html,
+    ):
         documents = texts[1:] if doc_id is None else [read_document(corpus, doc_id)]  # type: ignore[arg-type]
         encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
-        explanation = (explain_pair(encoder, texts[0], documents[0], max_length) if pair
-                       else explain_text(encoder, texts[0], side or "document", max_length))
+        explanation = (
+            explain_pair(encoder, texts[0], documents[0], max_length)
+            if pair
+            else explain_text(encoder, texts[0], side or "document", max_length)
+        )
         payload = {"model": model, "top": top} | explanation.to_dict(top)
         if doc_id is not None:
             payload["document"] |= {"id": doc_id, "corpus": str(corpus)}

@@ -20,37 +20,71 @@ class ExportFormat(str, Enum):
     ciff = "ciff"
 
 
-def _sentence_transformers(source: str, output: Path, max_length: Optional[int], overwrite: bool,
-                           trust_remote_code: bool) -> dict:
+def _sentence_transformers(
+    source: str, output: Path, max_length: Optional[int], overwrite: bool, trust_remote_code: bool
+) -> dict:
     from spladekit.export import export_sentence_transformers
     from spladekit.model.loading import load_model
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         encoder = load_model(source, trust_remote_code=trust_remote_code, max_length=max_length)
         export_sentence_transformers(encoder, staged, trust_remote_code=trust_remote_code)
-    return {"format": "sentence-transformers", "model": source, "output": str(output),
-            "max_length": encoder.max_length, "vocab_size": encoder.vocab_size}
+    return {
+        "format": "sentence-transformers",
+        "model": source,
+        "output": str(output),
+        "max_length": encoder.max_length,
+        "vocab_size": encoder.vocab_size,
+    }
 
 
-def _qdrant(source: str, output: Optional[Path], url: Optional[str], qdrant_path: Optional[Path], collection: str,
-            vector_name: str, recreate: bool, overwrite: bool) -> dict:
+def _qdrant(
+    source: str,
+    output: Optional[Path],
+    url: Optional[str],
+    qdrant_path: Optional[Path],
+    collection: str,
+    vector_name: str,
+    recreate: bool,
+    overwrite: bool,
+) -> dict:
     from spladekit.export import export_qdrant
 
     if output is None and url is None and qdrant_path is None:
-        raise SpladekitError("--format qdrant needs --url (server), --qdrant-path (local storage) or --output "
-                             "(spladekit index folder)")
+        raise SpladekitError(
+            "--format qdrant needs --url (server), --qdrant-path (local storage) or --output (spladekit index folder)"
+        )
     from spladekit.vectors.artifact import Vectors
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents = Vectors.load(source)
-        payload = export_qdrant(documents.matrix, documents.ids, url=url, qdrant_path=qdrant_path, output=staged,
-                                collection=collection, vector_name=vector_name, recreate=recreate)
+        payload = export_qdrant(
+            documents.matrix,
+            documents.ids,
+            url=url,
+            qdrant_path=qdrant_path,
+            output=staged,
+            collection=collection,
+            vector_name=vector_name,
+            recreate=recreate,
+        )
     return payload
 
 
-def _search_engine(source: str, engine: str, output: Optional[Path], model: Optional[str], queries: Optional[Path],
-                   field_type: Optional[str], index: str, field: str, max_active_dims: Optional[int],
-                   quantize: Optional[float], overwrite: bool, trust_remote_code: bool) -> dict:
+def _search_engine(
+    source: str,
+    engine: str,
+    output: Optional[Path],
+    model: Optional[str],
+    queries: Optional[Path],
+    field_type: Optional[str],
+    index: str,
+    field: str,
+    max_active_dims: Optional[int],
+    quantize: Optional[float],
+    overwrite: bool,
+    trust_remote_code: bool,
+) -> dict:
     from spladekit.export import export_search_engine
     from spladekit.export.search_engine import vocabulary_tokens
 
@@ -68,14 +102,30 @@ def _search_engine(source: str, engine: str, output: Optional[Path], model: Opti
             encoded = Vectors.load(queries)
             query_pair = (encoded.matrix, encoded.ids)
         tokens = vocabulary_tokens(model, documents.vocab_size, trust_remote_code=trust_remote_code)
-        payload = export_search_engine(documents.matrix, documents.ids, tokens, staged, engine=engine,
-                                       field_type=field_type, index=index, field=field, max_active_dims=max_active_dims, scale=quantize,
-                                       queries=query_pair)
+        payload = export_search_engine(
+            documents.matrix,
+            documents.ids,
+            tokens,
+            staged,
+            engine=engine,
+            field_type=field_type,
+            index=index,
+            field=field,
+            max_active_dims=max_active_dims,
+            scale=quantize,
+            queries=query_pair,
+        )
     return payload | {"output": str(output)}
 
 
-def _ciff(source: str, output: Optional[Path], model: Optional[str], scale: Optional[float], overwrite: bool,
-          trust_remote_code: bool) -> dict:
+def _ciff(
+    source: str,
+    output: Optional[Path],
+    model: Optional[str],
+    scale: Optional[float],
+    overwrite: bool,
+    trust_remote_code: bool,
+) -> dict:
     from spladekit.export.ciff import DEFAULT_SCALE, export_ciff
 
     scale = DEFAULT_SCALE if scale is None else scale
@@ -83,48 +133,73 @@ def _ciff(source: str, output: Optional[Path], model: Optional[str], scale: Opti
     if output is None:
         raise SpladekitError("--format ciff needs --output (the .ciff file to write)")
     # export_ciff checks ciff-toolkit and the scale, then opens (checks, locks) the output before reading
-    return export_ciff(source, output, model=model, scale=scale, overwrite=overwrite,
-                       trust_remote_code=trust_remote_code)
+    return export_ciff(
+        source, output, model=model, scale=scale, overwrite=overwrite, trust_remote_code=trust_remote_code
+    )
 
 
 @app.command()
 def export(
-    source: str = typer.Argument(..., help="sentence-transformers: a model (hub id or folder spladekit loads; an "
-                                 "inference-free model becomes a Router folder). "
-                                 "qdrant/opensearch/elasticsearch/ciff: a vectors folder written by `spladekit "
-                                 "encode`."),
+    source: str = typer.Argument(
+        ...,
+        help="sentence-transformers: a model (hub id or folder spladekit loads; an "
+        "inference-free model becomes a Router folder). "
+        "qdrant/opensearch/elasticsearch/ciff: a vectors folder written by `spladekit "
+        "encode`.",
+    ),
     fmt: ExportFormat = typer.Option(..., "--format", "-f", help="What to write (see SOURCE)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Folder to write (atomically): the "
-                                          "sentence-transformers model; the NDJSON + mapping + query for "
-                                          "opensearch/elasticsearch; a spladekit index folder for qdrant; the "
-                                          "CIFF file for ciff (gzip-compressed when it ends in .gz)."),
+    output: Optional[Path] = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Folder to write (atomically): the "
+        "sentence-transformers model; the NDJSON + mapping + query for "
+        "opensearch/elasticsearch; a spladekit index folder for qdrant; the "
+        "CIFF file for ciff (gzip-compressed when it ends in .gz).",
+    ),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="sentence-transformers: token limit written "
-                                             "into the folder (default: the model's, else 256)."),
+    max_length: Optional[int] = typer.Option(
+        None, min=8, help="sentence-transformers: token limit written into the folder (default: the model's, else 256)."
+    ),
     url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),
-    qdrant_path: Optional[Path] = typer.Option(None, help="qdrant: qdrant-client local storage folder "
-                                               "(QdrantClient(path=...)) to upload into."),
+    qdrant_path: Optional[Path] = typer.Option(
+        None, help="qdrant: qdrant-client local storage folder (QdrantClient(path=...)) to upload into."
+    ),
     collection: str = typer.Option("spladekit", help="qdrant: collection name."),
     vector_name: str = typer.Option("splade", help="qdrant: name of the sparse vector in the collection."),
     recreate: bool = typer.Option(False, help="qdrant: replace an existing collection of that name."),
-    model: Optional[str] = typer.Option(None, help="opensearch/elasticsearch/ciff: model whose tokenizer names the "
-                                        "features / terms (default: the model recorded in the vectors' meta.json)."),
-    queries: Optional[Path] = typer.Option(None, help="opensearch/elasticsearch: query vectors folder; writes "
-                                           "queries.jsonl with one query DSL per query."),
-    field_type: Optional[str] = typer.Option(None, help="opensearch: rank_features; elasticsearch: "
-                                             "sparse_vector (8.11+, default) or rank_features."),
+    model: Optional[str] = typer.Option(
+        None,
+        help="opensearch/elasticsearch/ciff: model whose tokenizer names the "
+        "features / terms (default: the model recorded in the vectors' meta.json).",
+    ),
+    queries: Optional[Path] = typer.Option(
+        None, help="opensearch/elasticsearch: query vectors folder; writes queries.jsonl with one query DSL per query."
+    ),
+    field_type: Optional[str] = typer.Option(
+        None, help="opensearch: rank_features; elasticsearch: sparse_vector (8.11+, default) or rank_features."
+    ),
     index: str = typer.Option("spladekit", help="opensearch/elasticsearch: index name in the bulk actions."),
     field: str = typer.Option("splade", help="opensearch/elasticsearch: name of the vector field."),
-    max_active_dims: Optional[int] = typer.Option(None, min=1, help="opensearch/elasticsearch: keep only the "
-                                                  "k heaviest terms of each vector (as every command's "
-                                                  "--max-active-dims)."),
-    quantization_scale: Optional[float] = typer.Option(None, "--quantization-scale", help="Weights -> whole "
-                                                       "numbers round(w x SCALE); weights that round to 0 are "
-                                                       "dropped. ciff: the impacts (CIFF tf), default 100 as in "
-                                                       "Anserini's SPLADE impact indexes; opensearch/"
-                                                       "elasticsearch: default none (float weights)."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
-                                           "to run its own Python code."),
+    max_active_dims: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="opensearch/elasticsearch: keep only the "
+        "k heaviest terms of each vector (as every command's "
+        "--max-active-dims).",
+    ),
+    quantization_scale: Optional[float] = typer.Option(
+        None,
+        "--quantization-scale",
+        help="Weights -> whole "
+        "numbers round(w x SCALE); weights that round to 0 are "
+        "dropped. ciff: the impacts (CIFF tf), default 100 as in "
+        "Anserini's SPLADE impact indexes; opensearch/"
+        "elasticsearch: default none (float weights).",
+    ),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a summary."),
 ) -> None:
     """Export a model to sentence-transformers, or encoded vectors to Qdrant, OpenSearch, Elasticsearch or a CIFF
@@ -138,7 +213,24 @@ def export(
     elif fmt is ExportFormat.qdrant:
         payload = _qdrant(source, output, url, qdrant_path, collection, vector_name, recreate, overwrite)
     else:
-        payload = _search_engine(source, fmt.value, output, model, queries, field_type, index, field,
-                                 max_active_dims, quantization_scale, overwrite, trust_remote_code)
-    emit(payload, as_json, None, f"exported {source} as {fmt.value} -> "
-         f"{payload.get('output') or payload.get('url') or payload.get('qdrant_path')}")
+        payload = _search_engine(
+            source,
+            fmt.value,
+            output,
+            model,
+            queries,
+            field_type,
+            index,
+            field,
+            max_active_dims,
+            quantization_scale,
+            overwrite,
+            trust_remote_code,
+        )
+    emit(
+        payload,
+        as_json,
+        None,
+        f"exported {source} as {fmt.value} -> "
+        f"{payload.get('output') or payload.get('url') or payload.get('qdrant_path')}",
+    )

@@ -12,36 +12,64 @@ from spladekit.cli.app import app, emit
 
 @app.command()
 def quickstart(
-    backbone: Optional[str] = typer.Option(None, help="Hub id or folder of a masked-LM model. Default: "
-                                           "../shared/models/splade-tiny-msmarco when a `shared` folder is beside "
-                                           "the repository, else google/bert_uncased_L-2_H-128_A-2 from the hub."),
-    data: Optional[str] = typer.Option(None, "--train-data", help="Collection to train on (its triplets-train.tsv, else triplets "
-                                       "mined from its train split), and to evaluate on unless --eval-data: BEIR "
-                                       "folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), ir_datasets id or HF "
-                                       "dataset id. Default: ../shared/data/scifact when a `shared` folder is beside "
-                                       "the repository, else beir/scifact (ir_datasets)."),
-    eval_data: Optional[str] = typer.Option(None, help="Collection evaluated before and after training (whole: "
-                                            "every document, every judged query of --split), same kinds as --train-data. "
-                                            "Default: --train-data when given; with neither, ../shared/data/cranfield "
-                                            "when a `shared` folder is beside the repository, else cranfield "
-                                            "(ir_datasets)."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for the evaluated documents (the "
-                                             "encoding time is proportional to the tokens encoded). Default: the "
-                                             "model's limit."),
-    output: Path = typer.Option(Path("runs/quickstart"), "--output", "-o", help="Folder for diagnose.json, "
-                                "train/ (model, metrics, plots), summary.json and summary.md."),
+    backbone: Optional[str] = typer.Option(
+        None,
+        help="Hub id or folder of a masked-LM model. Default: "
+        "../shared/models/splade-tiny-msmarco when a `shared` folder is beside "
+        "the repository, else google/bert_uncased_L-2_H-128_A-2 from the hub.",
+    ),
+    data: Optional[str] = typer.Option(
+        None,
+        "--train-data",
+        help="Collection to train on (its triplets-train.tsv, else triplets "
+        "mined from its train split), and to evaluate on unless --eval-data: BEIR "
+        "folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv), ir_datasets id or HF "
+        "dataset id. Default: ../shared/data/scifact when a `shared` folder is beside "
+        "the repository, else beir/scifact (ir_datasets).",
+    ),
+    eval_data: Optional[str] = typer.Option(
+        None,
+        help="Collection evaluated before and after training (whole: "
+        "every document, every judged query of --split), same kinds as --train-data. "
+        "Default: --train-data when given; with neither, ../shared/data/cranfield "
+        "when a `shared` folder is beside the repository, else cranfield "
+        "(ir_datasets).",
+    ),
+    max_length: Optional[int] = typer.Option(
+        None,
+        min=8,
+        help="Token limit for the evaluated documents (the "
+        "encoding time is proportional to the tokens encoded). Default: the "
+        "model's limit.",
+    ),
+    output: Path = typer.Option(
+        Path("runs/quickstart"),
+        "--output",
+        "-o",
+        help="Folder for diagnose.json, train/ (model, metrics, plots), summary.json and summary.md.",
+    ),
     steps: int = typer.Option(100, min=1, help="Training steps (batch 8, CPU-friendly)."),
-    triplets: Optional[Path] = typer.Option(None, help="Training triplets TSV (query<TAB>positive<TAB>negative…); "
-                                            "default: DATA/triplets-train.tsv, else mined from DATA's train split "
-                                            "(BM25, `spladekit mine` defaults) into OUTPUT/triplets-train.tsv."),
+    triplets: Optional[Path] = typer.Option(
+        None,
+        help="Training triplets TSV (query<TAB>positive<TAB>negative…); "
+        "default: DATA/triplets-train.tsv, else mined from DATA's train split "
+        "(BM25, `spladekit mine` defaults) into OUTPUT/triplets-train.tsv.",
+    ),
     split: str = typer.Option("test", help="Qrels split of the evaluated collection."),
-    config: Optional[Path] = typer.Option(None, help="Base training YAML (e.g. configs/train-example.yaml); "
-                                          "backbone, data, steps and auto-k are set by the quickstart."),
+    config: Optional[Path] = typer.Option(
+        None,
+        help="Base training YAML (e.g. configs/train-example.yaml); "
+        "backbone, data, steps and auto-k are set by the quickstart.",
+    ),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the model folder/hub repo "
-                                           "to run its own Python code."),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Announce each stage and show progress "
-                                  "bars on encoding, training and search (on stderr)."),
+    trust_remote_code: bool = typer.Option(
+        False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code."
+    ),
+    progress: bool = typer.Option(
+        True,
+        "--progress/--no-progress",
+        help="Announce each stage and show progress bars on encoding, training and search (on stderr).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
@@ -51,10 +79,27 @@ def quickstart(
         if progress:
             typer.echo(line, err=True)
 
-    summary = run_quickstart(backbone, data, output, steps=steps, triplets=triplets, split=split, config=config,
-                             trust_remote_code=trust_remote_code, overwrite=overwrite, show_progress=progress,
-                             say=say, eval_data=eval_data, max_length=max_length)
+    summary = run_quickstart(
+        backbone,
+        data,
+        output,
+        steps=steps,
+        triplets=triplets,
+        split=split,
+        config=config,
+        trust_remote_code=trust_remote_code,
+        overwrite=overwrite,
+        show_progress=progress,
+        say=say,
+        eval_data=eval_data,
+        max_length=max_length,
+    )
     plots = "".join(f"\n  {path}" for path in summary["plot_files"]) or f" {summary['plots']} (none written)"
-    emit(summary, as_json, None, f"{summary['table']}\n\nrecommended k {summary['recommended_k']:g}, trained "
-         f"with k {summary['k'] or 1:g}; summary in {output / 'summary.md'}, model in {summary['model']}\n"
-         f"plots:{plots}")
+    emit(
+        summary,
+        as_json,
+        None,
+        f"{summary['table']}\n\nrecommended k {summary['recommended_k']:g}, trained "
+        f"with k {summary['k'] or 1:g}; summary in {output / 'summary.md'}, model in {summary['model']}\n"
+        f"plots:{plots}",
+    )

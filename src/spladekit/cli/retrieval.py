@@ -30,8 +30,10 @@ def params_help(role: str) -> str:
     for name, searcher in BACKENDS.items():
         params = [param for param in searcher.declared_params if role == "build" or param.role == "search"]
         lines.append(f"{name}: " + ("; ".join(param.describe() for param in params) or "no parameters") + ".")
-    intro = {"build": "Backend parameter NAME=VALUE, repeatable (search parameters set the index's defaults).",
-             "search": "Search parameter NAME=VALUE, repeatable (default: the index's)."}[role]
+    intro = {
+        "build": "Backend parameter NAME=VALUE, repeatable (search parameters set the index's defaults).",
+        "search": "Search parameter NAME=VALUE, repeatable (default: the index's).",
+    }[role]
     return "\n\n".join([intro, *lines])  # typer keeps a paragraph break as a line break
 
 
@@ -53,15 +55,24 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
 
 @app.command()
 def index(
-    vectors: Path = typer.Argument(..., help="Vectors folder written by `spladekit encode` (sharded: read shard by "
-                                   "shard, each checked against the manifest's sha256) or a single-file one "
-                                   "(vectors.npz, ids.json)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Index folder to write (manifest.json with format "
-                                "version and sha256 per file, backend files, ids.json). Written atomically."),
+    vectors: Path = typer.Argument(
+        ...,
+        help="Vectors folder written by `spladekit encode` (sharded: read shard by "
+        "shard, each checked against the manifest's sha256) or a single-file one "
+        "(vectors.npz, ids.json).",
+    ),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Index folder to write (manifest.json with format "
+        "version and sha256 per file, backend files, ids.json). Written atomically.",
+    ),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
-    max_active_dims: Optional[int] = max_active_dims_option("document (pruned before the index is built; "
-                                                            "recorded in the manifest)"),
+    max_active_dims: Optional[int] = max_active_dims_option(
+        "document (pruned before the index is built; recorded in the manifest)"
+    ),
     overwrite: bool = typer.Option(False, help="Replace an existing index folder (once the new one is complete)."),
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -97,26 +108,48 @@ def index(
         searcher = searcher_class.build_from_blocks(blocks(), **params)
         seconds = time.perf_counter() - started - reading
         searcher.doc_ids = ids
-        searcher.save(staged, meta={"vectors": str(vectors), "model": meta.get("model"),
-                                    "max_length": meta.get("max_length"), "max_active_dims": max_active_dims})
-    payload = {"index": str(output), "backend": backend, "docs": searcher.n_docs,
-               "vocab_size": searcher.vocab_size, "params": searcher.params, "max_active_dims": max_active_dims,
-               "postings": postings, "build_seconds": round(seconds, 3)}
-    emit(payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}")
+        searcher.save(
+            staged,
+            meta={
+                "vectors": str(vectors),
+                "model": meta.get("model"),
+                "max_length": meta.get("max_length"),
+                "max_active_dims": max_active_dims,
+            },
+        )
+    payload = {
+        "index": str(output),
+        "backend": backend,
+        "docs": searcher.n_docs,
+        "vocab_size": searcher.vocab_size,
+        "params": searcher.params,
+        "max_active_dims": max_active_dims,
+        "postings": postings,
+        "build_seconds": round(seconds, 3),
+    }
+    emit(
+        payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}"
+    )
 
 
 @app.command()
 def search(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Folder written by `spladekit index`."),
-    output: Path = typer.Option(..., "--output", "-o", help="TREC run file to write (query Q0 doc rank score tag; "
-                                "must not exist unless --overwrite)."),
-    queries: Optional[Path] = typer.Option(None, help="Queries to encode with --model: JSONL {\"_id\", \"text\"}."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="TREC run file to write (query Q0 doc rank score tag; must not exist unless --overwrite).",
+    ),
+    queries: Optional[Path] = typer.Option(None, help='Queries to encode with --model: JSONL {"_id", "text"}.'),
     model: Optional[str] = typer.Option(None, help="Model that encoded the documents (hub id or folder)."),
-    query_vectors: Optional[Path] = typer.Option(None, help="Pre-encoded queries (a `spladekit encode` folder) "
-                                                 "instead of --queries/--model."),
+    query_vectors: Optional[Path] = typer.Option(
+        None, help="Pre-encoded queries (a `spladekit encode` folder) instead of --queries/--model."
+    ),
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Query token limit (default: the model's query "
-                                             "limit, else its max length)."),
+    max_length: Optional[int] = typer.Option(
+        None, min=8, help="Query token limit (default: the model's query limit, else its max length)."
+    ),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
@@ -145,8 +178,10 @@ def search(
             assert queries is not None and model is not None  # checked above
             encoder = load_model(model, trust_remote_code=trust_remote_code)
             if encoder.vocab_size != searcher.vocab_size:
-                raise SpladekitError(f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
-                                     f"{searcher.vocab_size}")
+                raise SpladekitError(
+                    f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
+                    f"{searcher.vocab_size}"
+                )
             parsed = read_corpus(queries)
             vectors = encoder.encode_query(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
             query_ids = parsed.ids
@@ -154,53 +189,96 @@ def search(
         result = searcher.search(vectors, k=k, **params)
         seconds = time.perf_counter() - started
         Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
-            staged, tag=f"spladekit-{searcher.name}")
-    payload = {"run": str(output), "queries": len(query_ids), "k": k, "backend": searcher.name,
-               "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1)}
-    emit(payload, as_json, None, f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} "
-         f"ms/query) -> {output}")
+            staged, tag=f"spladekit-{searcher.name}"
+        )
+    payload = {
+        "run": str(output),
+        "queries": len(query_ids),
+        "k": k,
+        "backend": searcher.name,
+        "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1),
+    }
+    emit(
+        payload,
+        as_json,
+        None,
+        f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} ms/query) -> {output}",
+    )
 
 
 @app.command()
 def evaluate(
-    model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, inference-free spladekit, "
-                                "sentence-transformers SPLADE or inference-free Router, or any masked-LM)."),
-    data: str = typer.Option(..., help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
-                             "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
-                             "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
-                             "msmarco-dev, dl19, beir13, nanobeir."),
-    split: str = typer.Option("test", help="Qrels split (BEIR folders: qrels/<split>.tsv; ir_datasets: "
-                              "<id>/<split> when it exists)."),
-    data_root: Optional[Path] = typer.Option(None, help="For suites: read every member from DATA_ROOT/<name>/ "
-                                             "instead of downloading (names: see docs/evaluation.md)."),
+    model: str = typer.Argument(
+        ...,
+        help="Hub id or folder of a model (spladekit, inference-free spladekit, "
+        "sentence-transformers SPLADE or inference-free Router, or any masked-LM).",
+    ),
+    data: str = typer.Option(
+        ...,
+        help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
+        "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
+        "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
+        "msmarco-dev, dl19, beir13, nanobeir.",
+    ),
+    split: str = typer.Option(
+        "test", help="Qrels split (BEIR folders: qrels/<split>.tsv; ir_datasets: <id>/<split> when it exists)."
+    ),
+    data_root: Optional[Path] = typer.Option(
+        None,
+        help="For suites: read every member from DATA_ROOT/<name>/ "
+        "instead of downloading (names: see docs/evaluation.md).",
+    ),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for documents, and for queries unless "
-                                             "--query-max-length (default: the model's limit for each side, "
-                                             "else 256)."),
-    query_max_length: Optional[int] = typer.Option(None, min=8, help="Token limit for queries (default: "
-                                                   "--max-length if given, else the model's query limit)."),
-    max_active_dims: Optional[int] = max_active_dims_option("query and document (the cached corpus encoding "
-                                                            "is kept whole and pruned after reading)"),
+    max_length: Optional[int] = typer.Option(
+        None,
+        min=8,
+        help="Token limit for documents, and for queries unless "
+        "--query-max-length (default: the model's limit for each side, "
+        "else 256).",
+    ),
+    query_max_length: Optional[int] = typer.Option(
+        None, min=8, help="Token limit for queries (default: --max-length if given, else the model's query limit)."
+    ),
+    max_active_dims: Optional[int] = max_active_dims_option(
+        "query and document (the cached corpus encoding is kept whole and pruned after reading)"
+    ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
-                               "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length."),
-    run_dir: Optional[Path] = typer.Option(None, help="Also write each collection's TREC run to RUN_DIR/<name>.trec "
-                                           "(a new folder unless --overwrite, written atomically)."),
+    cache: bool = typer.Option(
+        True,
+        "--cache/--no-cache",
+        help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
+        "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length.",
+    ),
+    run_dir: Optional[Path] = typer.Option(
+        None,
+        help="Also write each collection's TREC run to RUN_DIR/<name>.trec "
+        "(a new folder unless --overwrite, written atomically).",
+    ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file and --run-dir "
-                                   "folder."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Evaluate nothing: print the estimated encode / index / "
-                                 "search time and disk for DATA (a suite: each collection and the total) from a "
-                                 "short measurement on this machine (docs/evaluation.md). Reads no corpus, writes "
-                                 "nothing (no --output, --run-dir or cache)."),
-    dry_run_sample: int = typer.Option(64, min=1, help="--dry-run: documents and queries encoded for the "
-                                       "measurement (a local collection's first ones, else synthetic texts)."),
-    dry_run_index_docs: int = typer.Option(10_000, min=1, help="--dry-run: synthetic documents indexed and "
-                                           "searched for the measurement."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace an existing --output file and --run-dir folder."
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Evaluate nothing: print the estimated encode / index / "
+        "search time and disk for DATA (a suite: each collection and the total) from a "
+        "short measurement on this machine (docs/evaluation.md). Reads no corpus, writes "
+        "nothing (no --output, --run-dir or cache).",
+    ),
+    dry_run_sample: int = typer.Option(
+        64,
+        min=1,
+        help="--dry-run: documents and queries encoded for the "
+        "measurement (a local collection's first ones, else synthetic texts).",
+    ),
+    dry_run_index_docs: int = typer.Option(
+        10_000, min=1, help="--dry-run: synthetic documents indexed and searched for the measurement."
+    ),
 ) -> None:
     """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
     from spladekit.common.sparse import check_max_active_dims
@@ -216,22 +294,45 @@ def evaluate(
             raise SpladekitError("--dry-run writes nothing: drop --output / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
         encoder = load_model(model, trust_remote_code=trust_remote_code)
-        estimate = estimate_evaluation(encoder, data, split=split, data_root=data_root, backend=backend,
-                                       backend_params=backend_params, k=k, max_length=max_length,
-                                       query_max_length=query_max_length, batch_size=batch_size,
-                                       max_active_dims=max_active_dims, sample=dry_run_sample,
-                                       synthetic_docs=dry_run_index_docs)
+        estimate = estimate_evaluation(
+            encoder,
+            data,
+            split=split,
+            data_root=data_root,
+            backend=backend,
+            backend_params=backend_params,
+            k=k,
+            max_length=max_length,
+            query_max_length=query_max_length,
+            batch_size=batch_size,
+            max_active_dims=max_active_dims,
+            sample=dry_run_sample,
+            synthetic_docs=dry_run_index_docs,
+        )
         emit({"model": model, **estimate}, as_json, None, estimate_table(estimate))
         return
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
         raise SpladekitError(f"{output}: --output and --run-dir must differ")
-    with opened(output, folder=False, overwrite=overwrite) as staged, \
-            opened(run_dir, folder=True, overwrite=overwrite) as staged_runs:
+    with (
+        opened(output, folder=False, overwrite=overwrite) as staged,
+        opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
+    ):
         encoder = load_model(model, trust_remote_code=trust_remote_code)
-        result = evaluate_data(encoder, data, split=split, data_root=data_root, run_dir=staged_runs, backend=backend,
-                               backend_params=backend_params, k=k, max_length=max_length,
-                               query_max_length=query_max_length, max_active_dims=max_active_dims,
-                               batch_size=batch_size, cache=cache)
+        result = evaluate_data(
+            encoder,
+            data,
+            split=split,
+            data_root=data_root,
+            run_dir=staged_runs,
+            backend=backend,
+            backend_params=backend_params,
+            k=k,
+            max_length=max_length,
+            query_max_length=query_max_length,
+            max_active_dims=max_active_dims,
+            batch_size=batch_size,
+            cache=cache,
+        )
         payload = {"model": model, **result.to_dict()}
         write_json(staged, payload)
     emit(payload, as_json, None, results_table(result))

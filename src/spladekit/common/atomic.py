@@ -94,7 +94,11 @@ def _sibling(path: Path, suffix: str) -> Path:
 def _cannot_write(shown: str | Path, error: OSError) -> SpladekitError:
     """One clear line for an OSError met while creating or writing an output."""
     reason = _REASONS.get(error.errno or 0, error.strerror or str(error))
-    where = f" ({error.filename})" if error.filename and str(error.filename) not in (str(shown), str(_absolute(shown))) else ""
+    where = (
+        f" ({error.filename})"
+        if error.filename and str(error.filename) not in (str(shown), str(_absolute(shown)))
+        else ""
+    )
     return SpladekitError(f"{shown}: cannot write here: {reason}{where}")
 
 
@@ -187,8 +191,10 @@ class _Lock:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
                 os.close(fd)
                 if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise OutputBusy(f"{self.shown}: another process{f' (pid {holder})' if holder.isdigit() else ''} "
-                                     f"is writing this output; wait for it to finish or choose another path") from None
+                    raise OutputBusy(
+                        f"{self.shown}: another process{f' (pid {holder})' if holder.isdigit() else ''} "
+                        f"is writing this output; wait for it to finish or choose another path"
+                    ) from None
                 raise
             try:
                 current = os.path.samestat(os.fstat(fd), os.stat(self.path))
@@ -230,8 +236,16 @@ def _lock(target: Path, shown: str | Path) -> tuple[_Lock, list[Path]]:
 class Output:
     """An output opened by :func:`open_output`: locked, staging created; ``commit()`` or ``discard()``."""
 
-    def __init__(self, target: Path, shown: str | Path, folder: bool, overwrite: bool,
-                 lock: _Lock | None, created: list[Path], staging: Path):
+    def __init__(
+        self,
+        target: Path,
+        shown: str | Path,
+        folder: bool,
+        overwrite: bool,
+        lock: _Lock | None,
+        created: list[Path],
+        staging: Path,
+    ):
         self.target = Path(shown)  # as given (relative paths stay relative)
         self.folder = folder
         self.overwrite = overwrite
@@ -279,8 +293,10 @@ class Output:
             self._lock.release()
 
     def _appeared(self) -> SpladekitError:
-        return SpladekitError(f"{self.target}: created by someone else while this output was being written; "
-                              "nothing was replaced and the new output was discarded")
+        return SpladekitError(
+            f"{self.target}: created by someone else while this output was being written; "
+            "nothing was replaced and the new output was discarded"
+        )
 
     def _move_into_place(self) -> None:
         target, staging = self._absolute, self._staging
@@ -325,8 +341,9 @@ class Output:
     def __enter__(self) -> Output:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         if kind is None:
             self.commit()
             return
@@ -413,8 +430,9 @@ def atomic_file(target: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(staging)
-        if isinstance(error, OSError) and (error.errno in _DISK_FULL or error.filename is not None and
-                                           _absolute(error.filename) in (staging, absolute)):
+        if isinstance(error, OSError) and (
+            error.errno in _DISK_FULL or error.filename is not None and _absolute(error.filename) in (staging, absolute)
+        ):
             raise _cannot_write(target, error) from None
         raise
 
@@ -475,8 +493,9 @@ class InPlace:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         try:
             if kind is None:
                 if _exists(self._old):

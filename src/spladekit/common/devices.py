@@ -30,8 +30,10 @@ def resolve_device(name: str | None = AUTO, local_rank: int = 0) -> torch.device
         raise SpladekitError(f"unknown device {name!r} ({error}); use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise SpladekitError(f"device {name!r}: CUDA is not available on this machine (torch "
-                                 f"{torch.__version__}, built with CUDA {torch.version.cuda}); use --device cpu")
+            raise SpladekitError(
+                f"device {name!r}: CUDA is not available on this machine (torch "
+                f"{torch.__version__}, built with CUDA {torch.version.cuda}); use --device cpu"
+            )
         if device.index is None:  # torch.cuda.set_device and the memory APIs refuse a device without one
             device = torch.device("cuda", local_rank)
         if device.index >= torch.cuda.device_count():

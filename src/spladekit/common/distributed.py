@@ -78,4 +78,3 @@ def average_gradients(parameters: list[torch.nn.Parameter], processes: Processes
 def barrier(processes: Processes) -> None:
     if processes.world_size > 1:
         dist.barrier()
-

@@ -80,8 +80,15 @@ def read_json(path: str | Path, expected: type | None = None) -> object:
 
 
 # ----------------------------------------------------------------------------------------- value types
-_KIND_NAMES: dict[type, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-                                list: "a JSON list", dict: "a JSON object", type(None): "null"}
+_KIND_NAMES: dict[type, str] = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    list: "a JSON list",
+    dict: "a JSON object",
+    type(None): "null",
+}
 
 
 def _is_kind(value: object, kind: type) -> bool:
@@ -102,8 +109,9 @@ def describe(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def expect(value: object, kinds: type | tuple[type, ...], what: str, path: str | Path | None,
-           line: int | None = None) -> Any:
+def expect(
+    value: object, kinds: type | tuple[type, ...], what: str, path: str | Path | None, line: int | None = None
+) -> Any:
     """``value`` when it is of one of ``kinds`` (``float`` accepts integers; ``bool`` is never a number),
     else an :class:`InputError` ``what must be …, got …`` naming ``path``."""
     kinds = kinds if isinstance(kinds, tuple) else (kinds,)
@@ -117,7 +125,14 @@ def expect(value: object, kinds: type | tuple[type, ...], what: str, path: str |
 # What third-party readers (numpy/scipy, zipfile, safetensors via ``errors``, transformers' config
 # classes…) raise on a truncated, empty or garbled file.
 CORRUPTION_ERRORS: tuple[type[BaseException], ...] = (
-    OSError, EOFError, ValueError, KeyError, IndexError, TypeError, struct.error, zipfile.BadZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    struct.error,
+    zipfile.BadZipFile,
 )
 
 

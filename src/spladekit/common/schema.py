@@ -61,8 +61,14 @@ def _number(value: float) -> str:
 NO_LIMITS = Allowed()
 
 
-def allowed(default: Any, minimum: float | None = None, exclusive: bool = False, maximum: float | None = None,
-            pattern: str | None = None, pattern_words: str = "") -> Any:
+def allowed(
+    default: Any,
+    minimum: float | None = None,
+    exclusive: bool = False,
+    maximum: float | None = None,
+    pattern: str | None = None,
+    pattern_words: str = "",
+) -> Any:
     """A dataclass field with a default and its allowed values (see :class:`Allowed`)."""
     return field(default=default, metadata={ALLOWED: Allowed(minimum, exclusive, maximum, pattern, pattern_words)})
 
@@ -84,7 +90,9 @@ def _expected(hint: Any, limits: Allowed) -> str:
         elif typing.get_origin(option) is Literal:
             words.extend(repr(choice) for choice in typing.get_args(option))
         elif option in (int, float):
-            words.append(" ".join(filter(None, ["an integer" if option is int else "a finite number", limits.bounds()])))
+            words.append(
+                " ".join(filter(None, ["an integer" if option is int else "a finite number", limits.bounds()]))
+            )
         elif option is str:
             words.append(limits.pattern_words or "a string")
         else:

@@ -78,15 +78,22 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         yield current
         carried = [item for arg in current.args for item in (arg if isinstance(arg, (list, tuple)) else [arg])]
         carried = [part for item in carried for part in (item if isinstance(item, tuple) else (item,))]
-        pending += [link for link in (current.__cause__, current.__context__, *carried) if isinstance(link, BaseException)]
+        pending += [
+            link for link in (current.__cause__, current.__context__, *carried) if isinstance(link, BaseException)
+        ]
 
 
 def _unreachable(error: BaseException) -> bool:
     """True when ``error`` means "not cached here and the source cannot be reached"."""
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    offline: tuple[type[BaseException], ...] = (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError,
-                                                TimeoutError, socket.gaierror)
+    offline: tuple[type[BaseException], ...] = (
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        ConnectionError,
+        TimeoutError,
+        socket.gaierror,
+    )
     with contextlib.suppress(ImportError):
         import requests
 
@@ -122,14 +129,18 @@ def fetching(spec: str, library: Library, local_copy: str) -> Iterator[None]:
         yield
     except Exception as error:
         if library == "hub" and _repository_missing(error):
-            raise InputError(f"{spec}: no such repository on the Hugging Face hub (or it is private or gated: "
-                             f"log in with `hf auth login`); or pass {local_copy}") from None
+            raise InputError(
+                f"{spec}: no such repository on the Hugging Face hub (or it is private or gated: "
+                f"log in with `hf auth login`); or pass {local_copy}"
+            ) from None
         if not _unreachable(error):
             raise
         if library == "hub":
             where = f"the Hugging Face cache {hub_cache()} (HF_HUB_CACHE, or HF_HOME/hub)"
         else:
             where = f"the ir_datasets home {ir_datasets_home()} (IR_DATASETS_HOME)"
-        raise InputError(f"{spec}: not in {where} and cannot be downloaded ({_offline_reason(library)}); "
-                         f"download it once where there is a network, point the variable at a folder that "
-                         f"holds it, or pass {local_copy}") from None
+        raise InputError(
+            f"{spec}: not in {where} and cannot be downloaded ({_offline_reason(library)}); "
+            f"download it once where there is a network, point the variable at a folder that "
+            f"holds it, or pass {local_copy}"
+        ) from None

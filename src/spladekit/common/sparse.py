@@ -63,9 +63,13 @@ def keep_top_weights(matrix: sp.spmatrix, k: int) -> sp.csr_matrix:
 
 
 @overload
-def quantize(weights: np.ndarray, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> np.ndarray: ...
+def quantize(
+    weights: np.ndarray, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None
+) -> np.ndarray: ...
 @overload
-def quantize(weights: sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None) -> sp.csr_matrix: ...
+def quantize(
+    weights: sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None
+) -> sp.csr_matrix: ...
 def quantize(
     weights: np.ndarray | sp.spmatrix, scale: float, minimum: int | None = None, dtype: npt.DTypeLike | None = None
 ) -> np.ndarray | sp.csr_matrix:

@@ -80,8 +80,7 @@ def load_beir_folder(folder: str | Path, split: str = "test", name: str | None =
     available = beir_splits(folder)
     qrels_file = folder / "qrels" / f"{split}.tsv"
     if not qrels_file.is_file():
-        raise InputError(f"no split {split!r}; available: {', '.join(available) or 'none (no qrels/*.tsv)'}",
-                         folder)
+        raise InputError(f"no split {split!r}; available: {', '.join(available) or 'none (no qrels/*.tsv)'}", folder)
     queries_file = folder / f"queries-{split}.jsonl"
     if not queries_file.is_file():
         queries_file = folder / "queries.jsonl"
@@ -166,16 +165,18 @@ def load_ir_dataset(dataset_id: str, split: str | None = None, name: str | None 
     dataset = ir_datasets.load(dataset_id)
     for part in ("docs", "queries", "qrels"):
         if not getattr(dataset, f"has_{part}")():
-            raise SpladekitError(f"ir_datasets {dataset_id!r} has no {part}; pick an id with a split, "
-                                 f"e.g. {dataset_id}/test")
-    docs = tqdm(dataset.docs_iter(), total=dataset.docs_count(), desc=f"reading {dataset_id}", unit="doc",
-                leave=False)
+            raise SpladekitError(
+                f"ir_datasets {dataset_id!r} has no {part}; pick an id with a split, e.g. {dataset_id}/test"
+            )
+    docs = tqdm(dataset.docs_iter(), total=dataset.docs_count(), desc=f"reading {dataset_id}", unit="doc", leave=False)
     corpus = corpus_from_records(
         ((number, {"_id": doc.doc_id, "text": _text(doc)}) for number, doc in enumerate(docs, start=1)), dataset_id
     )
     queries = corpus_from_records(
-        ((number, {"_id": query.query_id, "text": _text(query)})
-         for number, query in enumerate(dataset.queries_iter(), start=1)),
+        (
+            (number, {"_id": query.query_id, "text": _text(query)})
+            for number, query in enumerate(dataset.queries_iter(), start=1)
+        ),
         dataset_id,
     )
     qrels: Qrels = {}
@@ -239,14 +240,22 @@ def reconcile(collection: Collection) -> Collection:
             qrels[query] = kept
     keep = [i for i, query in enumerate(collection.queries.ids) if query in qrels]
     queries = Corpus([collection.queries.ids[i] for i in keep], [collection.queries.texts[i] for i in keep])
-    dropped = {"qrels_unknown_queries": len(unknown_queries), "qrels_unknown_docs": unknown_docs,
-               "queries_unjudged": len(collection.queries) - len(keep)}
+    dropped = {
+        "qrels_unknown_queries": len(unknown_queries),
+        "qrels_unknown_docs": unknown_docs,
+        "queries_unjudged": len(collection.queries) - len(keep),
+    }
     if unknown_queries:
-        logger.warning("%s: qrels name %d queries that are not in the queries file (e.g. %r); ignored",
-                       collection.name, len(unknown_queries), unknown_queries[0])
+        logger.warning(
+            "%s: qrels name %d queries that are not in the queries file (e.g. %r); ignored",
+            collection.name,
+            len(unknown_queries),
+            unknown_queries[0],
+        )
     if unknown_docs:
-        logger.warning("%s: %d judgments name documents that are not in the corpus; ignored",
-                       collection.name, unknown_docs)
+        logger.warning(
+            "%s: %d judgments name documents that are not in the corpus; ignored", collection.name, unknown_docs
+        )
     if dropped["queries_unjudged"]:
         logger.info("%s: %d queries have no judgments; excluded", collection.name, dropped["queries_unjudged"])
     if not keep:

@@ -56,8 +56,9 @@ def corpus_from_records(
     return Corpus(ids, texts)
 
 
-def checked_record(number: int, record: object, source: str | Path, id_field: str = "_id",
-                   text_field: str = "text") -> tuple[str, str]:
+def checked_record(
+    number: int, record: object, source: str | Path, id_field: str = "_id", text_field: str = "text"
+) -> tuple[str, str]:
     """One record's ``(id, title + " " + text)``, or an :class:`InputError` naming ``source`` and ``number``
     (every rule of :func:`corpus_from_records` but duplicate ids, which need the other records)."""
     if not isinstance(record, dict):

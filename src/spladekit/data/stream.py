@@ -58,8 +58,7 @@ def corpus_where(spec: str | Path) -> str:
             return str(path / "corpus.jsonl")
         if (path / "corpus").is_dir():
             return f"{path} [corpus]"
-        raise InputError("not a corpus: expected a JSONL file, a BEIR folder (corpus.jsonl) or corpus/*.parquet",
-                         path)
+        raise InputError("not a corpus: expected a JSONL file, a BEIR folder (corpus.jsonl) or corpus/*.parquet", path)
     if path.is_file():
         return str(path)
     if is_local(spec):

@@ -30,11 +30,36 @@ class Suite:
     measures: tuple[str, ...]
 
 
-BEIR13 = ("arguana", "climate-fever", "dbpedia-entity/test", "fever/test", "fiqa/test", "hotpotqa/test",
-          "nfcorpus/test", "nq", "quora/test", "scidocs", "scifact/test", "trec-covid", "webis-touche2020/v2")
-NANOBEIR = ("NanoArguAna", "NanoClimateFEVER", "NanoDBPedia", "NanoFEVER", "NanoFiQA2018", "NanoHotpotQA",
-            "NanoMSMARCO", "NanoNFCorpus", "NanoNQ", "NanoQuoraRetrieval", "NanoSCIDOCS", "NanoSciFact",
-            "NanoTouche2020")
+BEIR13 = (
+    "arguana",
+    "climate-fever",
+    "dbpedia-entity/test",
+    "fever/test",
+    "fiqa/test",
+    "hotpotqa/test",
+    "nfcorpus/test",
+    "nq",
+    "quora/test",
+    "scidocs",
+    "scifact/test",
+    "trec-covid",
+    "webis-touche2020/v2",
+)
+NANOBEIR = (
+    "NanoArguAna",
+    "NanoClimateFEVER",
+    "NanoDBPedia",
+    "NanoFEVER",
+    "NanoFiQA2018",
+    "NanoHotpotQA",
+    "NanoMSMARCO",
+    "NanoNFCorpus",
+    "NanoNQ",
+    "NanoQuoraRetrieval",
+    "NanoSCIDOCS",
+    "NanoSciFact",
+    "NanoTouche2020",
+)
 
 SUITES = {
     suite.name: suite

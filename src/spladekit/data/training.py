@@ -49,7 +49,9 @@ class DataConfig:
     queries: str | None = None  # id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)
     collection: str | None = None  # id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)
     header: bool = False  # id_triplets: the first line is a header
-    columns: int | None = allowed(None, minimum=3)  # triplet TSVs: use only the first N columns (query, positive, negatives…)
+    columns: int | None = allowed(
+        None, minimum=3
+    )  # triplet TSVs: use only the first N columns (query, positive, negatives…)
     negative_systems: list | None = None  # hard_negatives: which systems' negatives (None: all)
     hf_config: str | None = None
     split: str = "train"
@@ -59,7 +61,6 @@ class DataConfig:
     limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
     query_max_length: int = allowed(32, minimum=1)
     doc_max_length: int = allowed(128, minimum=1)
-
 
 
 _Row = tuple[str, str, tuple[str, ...]]  # (query, positive, negatives) before merging
@@ -123,8 +124,12 @@ class TrainingSet:
         teacher = None
         if self.teacher is not None:
             teacher = tuple(self.teacher[(group.query, doc)] for doc in (group.positive,) + chosen)
-        return Example(self.queries[group.query], self.documents[group.positive],
-                       tuple(self.documents[doc] for doc in chosen), teacher)
+        return Example(
+            self.queries[group.query],
+            self.documents[group.positive],
+            tuple(self.documents[doc] for doc in chosen),
+            teacher,
+        )
 
     def document_texts(self) -> list[str]:
         """Every distinct document of the training set (positives and negatives), first occurrence first."""
@@ -176,8 +181,9 @@ def _text_triplets(data: DataConfig) -> TrainingSet:
     return TrainingSet(groups, _SameText(), _SameText(), source=data.path)
 
 
-def _check_known(key: str, known: Mapping[str, str], what: str, path: str | Path, line: int | None,
-                 where: str | Path | None = None) -> None:
+def _check_known(
+    key: str, known: Mapping[str, str], what: str, path: str | Path, line: int | None, where: str | Path | None = None
+) -> None:
     if key not in known:
         raise InputError(f"unknown {what} id {key!r}" + (f" (not in {where})" if where else ""), path, line)
 
@@ -207,8 +213,12 @@ def _hard_negatives(data: DataConfig) -> TrainingSet:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON ({error.msg} at column {error.colno})", data.path, number) from None
-        if not isinstance(record, dict) or not {"qid", "pos", "neg"} <= record.keys() \
-                or not isinstance(record["pos"], list) or not isinstance(record["neg"], dict):
+        if (
+            not isinstance(record, dict)
+            or not {"qid", "pos", "neg"} <= record.keys()
+            or not isinstance(record["pos"], list)
+            or not isinstance(record["neg"], dict)
+        ):
             raise InputError('expected {"qid": …, "pos": [pid…], "neg": {system: [pid…]}}', data.path, number)
         qid = check_id(record["qid"], "qid", data.path, number)
         _check_known(qid, queries, "query", data.path, number, data.queries)
@@ -242,14 +252,17 @@ def _ir_datasets(data: DataConfig) -> TrainingSet:
     try:
         import ir_datasets
     except ImportError:
-        raise SpladekitError("data.format 'ir_datasets' needs the ir_datasets package (pip install ir_datasets)") from None
+        raise SpladekitError(
+            "data.format 'ir_datasets' needs the ir_datasets package (pip install ir_datasets)"
+        ) from None
     try:
         dataset = ir_datasets.load(data.path)
     except KeyError:
         raise InputError("unknown ir_datasets id", data.path) from None
     if not dataset.has_docpairs():
-        raise InputError("this ir_datasets id has no training doc pairs (try msmarco-passage/train/triples-small)",
-                         data.path)
+        raise InputError(
+            "this ir_datasets id has no training doc pairs (try msmarco-passage/train/triples-small)", data.path
+        )
     queries = {query.query_id: query.text for query in dataset.queries_iter()}
 
     def rows() -> Iterator[_Row]:  # streamed: the pairs are read as they are merged, up to data.limit
@@ -287,8 +300,13 @@ def _hf(data: DataConfig) -> TrainingSet:
     return TrainingSet(merge_groups(rows()), _SameText(), _SameText(), source=data.path)
 
 
-LOADERS = {"triplets": _text_triplets, "id_triplets": _id_triplets, "hard_negatives": _hard_negatives,
-           "ir_datasets": _ir_datasets, "hf": _hf}
+LOADERS = {
+    "triplets": _text_triplets,
+    "id_triplets": _id_triplets,
+    "hard_negatives": _hard_negatives,
+    "ir_datasets": _ir_datasets,
+    "hf": _hf,
+}
 REMOTE_FORMATS: dict[str, Library] = {"ir_datasets": "ir_datasets", "hf": "hub"}  # whose cache holds them
 
 

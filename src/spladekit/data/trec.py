@@ -46,11 +46,13 @@ def read_qrels(path: str | Path) -> Qrels:
             if layout == "beir":
                 continue
         if layout == "beir" and len(fields) != 3:
-            raise InputError(f"expected 3 tab-separated fields (query-id, corpus-id, score), got {len(fields)}",
-                             path, number)
+            raise InputError(
+                f"expected 3 tab-separated fields (query-id, corpus-id, score), got {len(fields)}", path, number
+            )
         if layout == "trec" and len(fields) != 4:
-            raise InputError(f"expected 4 fields (query_id iteration doc_id relevance), got {len(fields)}",
-                             path, number)
+            raise InputError(
+                f"expected 4 fields (query_id iteration doc_id relevance), got {len(fields)}", path, number
+            )
         query_id, doc_id = check_id(fields[0], "query id", path, number), check_id(fields[-2], "doc id", path, number)
         relevance = _integer(fields[-1], "relevance", path, number)
         judged = qrels.setdefault(query_id, {})

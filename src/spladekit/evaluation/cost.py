@@ -87,8 +87,14 @@ def local_workload(folder: Path, split: str, name: str | None = None) -> Workloa
     if not qrels.is_file():
         raise InputError(f"no split {split!r} (no qrels/{split}.tsv)", folder)
     queries = folder / f"queries-{split}.jsonl"
-    return Workload(name or folder.name, _line_count(corpus), len(read_qrels(qrels)), "local files", corpus,
-                    queries if queries.is_file() else folder / "queries.jsonl")
+    return Workload(
+        name or folder.name,
+        _line_count(corpus),
+        len(read_qrels(qrels)),
+        "local files",
+        corpus,
+        queries if queries.is_file() else folder / "queries.jsonl",
+    )
 
 
 def remote_workload(remote: str, split: str, name: str) -> Workload:
@@ -164,26 +170,41 @@ class EncodingSample:
         return float(self.queries.getnnz(axis=1).mean())
 
 
-def measure_encoding(encoder: RetrievalModel, documents: list[str], queries: list[str], source: str,
-                     max_length: int | None, query_max_length: int | None, batch_size: int,
-                     max_active_dims: int | None) -> EncodingSample:
+def measure_encoding(
+    encoder: RetrievalModel,
+    documents: list[str],
+    queries: list[str],
+    source: str,
+    max_length: int | None,
+    query_max_length: int | None,
+    batch_size: int,
+    max_active_dims: int | None,
+) -> EncodingSample:
     """Encode the sample (documents, then queries), timed; pruned like the evaluation prunes."""
     document_limit = encoder.side_max_length("document", max_length)
     query_limit = encoder.side_max_length("query", query_max_length or max_length)
-    encoder.encode_document(documents[:2], batch_size=batch_size, max_length=document_limit,
-                            show_progress=False)  # warm-up: first-call allocations are not encoding speed
+    encoder.encode_document(
+        documents[:2], batch_size=batch_size, max_length=document_limit, show_progress=False
+    )  # warm-up: first-call allocations are not encoding speed
     started = time.perf_counter()
-    document_vectors = encoder.encode_document(documents, batch_size=batch_size, max_length=document_limit,
-                                               show_progress=False)
+    document_vectors = encoder.encode_document(
+        documents, batch_size=batch_size, max_length=document_limit, show_progress=False
+    )
     document_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    query_vectors = encoder.encode_query(queries, batch_size=batch_size, max_length=query_limit, show_progress=False,
-                                         max_active_dims=max_active_dims)
+    query_vectors = encoder.encode_query(
+        queries, batch_size=batch_size, max_length=query_limit, show_progress=False, max_active_dims=max_active_dims
+    )
     query_seconds = time.perf_counter() - started
     if max_active_dims is not None:
         document_vectors = keep_top_weights(document_vectors, max_active_dims)
-    return EncodingSample(source, len(documents) / max(document_seconds, 1e-9), len(queries) / max(query_seconds, 1e-9),
-                          document_vectors.tocsr(), query_vectors.tocsr())
+    return EncodingSample(
+        source,
+        len(documents) / max(document_seconds, 1e-9),
+        len(queries) / max(query_seconds, 1e-9),
+        document_vectors.tocsr(),
+        query_vectors.tocsr(),
+    )
 
 
 def synthetic_corpus(sample: sp.csr_matrix, rows: int, seed: int = 0) -> sp.csr_matrix:
@@ -204,8 +225,9 @@ def synthetic_corpus(sample: sp.csr_matrix, rows: int, seed: int = 0) -> sp.csr_
     return matrix
 
 
-def measure_backend(documents: sp.csr_matrix, queries: sp.csr_matrix, backend: str, params: dict,
-                    k: int) -> dict[str, float]:
+def measure_backend(
+    documents: sp.csr_matrix, queries: sp.csr_matrix, backend: str, params: dict, k: int
+) -> dict[str, float]:
     """Build, save (to a temporary folder, then deleted) and search an index of ``documents``, timed."""
     started = time.perf_counter()
     searcher = build_index(documents, backend, **params)
@@ -219,9 +241,12 @@ def measure_backend(documents: sp.csr_matrix, queries: sp.csr_matrix, backend: s
     started = time.perf_counter()
     searcher.search_batches(queries, k=min(k, documents.shape[0]), show_progress=False)
     search_seconds = time.perf_counter() - started
-    return {"build_seconds": build_seconds, "index_bytes": float(index_bytes),
-            "search_seconds_per_query": search_seconds / max(queries.shape[0], 1),
-            "postings": float(documents.nnz)}
+    return {
+        "build_seconds": build_seconds,
+        "index_bytes": float(index_bytes),
+        "search_seconds_per_query": search_seconds / max(queries.shape[0], 1),
+        "postings": float(documents.nnz),
+    }
 
 
 def vector_bytes(documents: int, nnz_per_document: float, id_chars: float = 8.0) -> int:
@@ -244,9 +269,15 @@ def fit_costs(small: dict[str, float], large: dict[str, float]) -> dict[str, tup
 
 
 def _member_row(workload: Workload, sample: EncodingSample, fitted: dict[str, tuple[float, float]]) -> dict[str, Any]:
-    row: dict[str, Any] = {"name": workload.name, "documents": workload.documents, "queries": workload.queries,
-                           "counted_from": workload.counted_from, "sample": sample.source,
-                           "avg_d_nnz": round(sample.document_nnz, 1), "avg_q_nnz": round(sample.query_nnz, 1)}
+    row: dict[str, Any] = {
+        "name": workload.name,
+        "documents": workload.documents,
+        "queries": workload.queries,
+        "counted_from": workload.counted_from,
+        "sample": sample.source,
+        "avg_d_nnz": round(sample.document_nnz, 1),
+        "avg_q_nnz": round(sample.query_nnz, 1),
+    }
     if workload.documents is None or workload.queries is None:
         return row | {"estimated": False}
     postings = workload.documents * sample.document_nnz
@@ -259,22 +290,46 @@ def _member_row(workload: Workload, sample: EncodingSample, fitted: dict[str, tu
     encode_queries = workload.queries / sample.queries_per_second
     index = at("build_seconds")
     search = workload.queries * at("search_seconds_per_query")
-    return row | {"estimated": True, "encode_docs_seconds": round(encode_docs, 1),
-                  "encode_queries_seconds": round(encode_queries, 1), "index_seconds": round(index, 1),
-                  "search_seconds": round(search, 1), "total_seconds": round(encode_docs + encode_queries + index + search, 1),
-                  "vectors_bytes": vector_bytes(workload.documents, sample.document_nnz),
-                  "index_bytes": int(at("index_bytes"))}
+    return row | {
+        "estimated": True,
+        "encode_docs_seconds": round(encode_docs, 1),
+        "encode_queries_seconds": round(encode_queries, 1),
+        "index_seconds": round(index, 1),
+        "search_seconds": round(search, 1),
+        "total_seconds": round(encode_docs + encode_queries + index + search, 1),
+        "vectors_bytes": vector_bytes(workload.documents, sample.document_nnz),
+        "index_bytes": int(at("index_bytes")),
+    }
 
 
-TOTALED = ("documents", "queries", "encode_docs_seconds", "encode_queries_seconds", "index_seconds", "search_seconds",
-           "total_seconds", "vectors_bytes", "index_bytes")
+TOTALED = (
+    "documents",
+    "queries",
+    "encode_docs_seconds",
+    "encode_queries_seconds",
+    "index_seconds",
+    "search_seconds",
+    "total_seconds",
+    "vectors_bytes",
+    "index_bytes",
+)
 
 
-def estimate_evaluation(encoder: RetrievalModel, data: str, split: str = "test", data_root: str | Path | None = None,
-                        backend: str = "exact", backend_params: dict | None = None, k: int = 1000,
-                        max_length: int | None = None, query_max_length: int | None = None, batch_size: int = 32,
-                        max_active_dims: int | None = None, sample: int = DEFAULT_SAMPLE,
-                        synthetic_docs: int = DEFAULT_SYNTHETIC_DOCS) -> dict[str, Any]:
+def estimate_evaluation(
+    encoder: RetrievalModel,
+    data: str,
+    split: str = "test",
+    data_root: str | Path | None = None,
+    backend: str = "exact",
+    backend_params: dict | None = None,
+    k: int = 1000,
+    max_length: int | None = None,
+    query_max_length: int | None = None,
+    batch_size: int = 32,
+    max_active_dims: int | None = None,
+    sample: int = DEFAULT_SAMPLE,
+    synthetic_docs: int = DEFAULT_SYNTHETIC_DOCS,
+) -> dict[str, Any]:
     """Estimated encode / index / search time and disk of evaluating ``encoder`` on ``data`` (see the module).
 
     Writes nothing but a temporary index folder (removed); reads at most ``sample`` lines of a local corpus
@@ -298,33 +353,50 @@ def estimate_evaluation(encoder: RetrievalModel, data: str, split: str = "test",
             if key in samples:
                 continue
             documents, queries = synthetic_texts(sample)
-            source = (f"{sample} documents of {SYNTHETIC_DOCUMENT_WORDS} words / queries made of spladekit's "
-                      "built-in sample pairs")
-        samples[key] = measure_encoding(encoder, documents, queries, source, max_length, query_max_length,
-                                        batch_size, max_active_dims)
+            source = (
+                f"{sample} documents of {SYNTHETIC_DOCUMENT_WORDS} words / queries made of spladekit's "
+                "built-in sample pairs"
+            )
+        samples[key] = measure_encoding(
+            encoder, documents, queries, source, max_length, query_max_length, batch_size, max_active_dims
+        )
     pooled_documents = sp.vstack([item.documents for item in samples.values()]).tocsr()
     pooled_queries = sp.vstack([item.queries for item in samples.values()]).tocsr()
     corpus = synthetic_corpus(pooled_documents, synthetic_docs)
-    small = measure_backend(corpus[:max(synthetic_docs // 4, 1)], pooled_queries, backend, params, k)
+    small = measure_backend(corpus[: max(synthetic_docs // 4, 1)], pooled_queries, backend, params, k)
     large = measure_backend(corpus, pooled_queries, backend, params, k)
     fitted = fit_costs(small, large)
-    rows = [_member_row(workload, samples[str(workload.corpus_file) if workload.corpus_file else "synthetic"],
-                        fitted) for workload in members]
+    rows = [
+        _member_row(workload, samples[str(workload.corpus_file) if workload.corpus_file else "synthetic"], fitted)
+        for workload in members
+    ]
     known = [row for row in rows if row["estimated"]]
     total: dict[str, Any] = {key: sum(row[key] for row in known) for key in TOTALED} if known else {}
-    return {"data": data, "split": split, "backend": backend, "backend_params": params, "k": k,
-            "batch_size": batch_size, "max_active_dims": max_active_dims, "members": rows, "total": total,
-            "estimate_covers": f"{len(known)}/{len(rows)}",
-            "measurement": {"sample": sample, "synthetic_docs": [corpus[:max(synthetic_docs // 4, 1)].shape[0],
-                                                                 synthetic_docs],
-                            "synthetic_avg_d_nnz": round(large["postings"] / synthetic_docs, 1),
-                            "synthetic_build_seconds": [round(small["build_seconds"], 3),
-                                                        round(large["build_seconds"], 3)],
-                            "synthetic_index_bytes": [int(small["index_bytes"]), int(large["index_bytes"])],
-                            "synthetic_search_ms_per_query": [round(1000 * small["search_seconds_per_query"], 3),
-                                                              round(1000 * large["search_seconds_per_query"], 3)],
-                            "fitted_fixed_and_per_posting": {cost: list(fitted[cost]) for cost in COSTS},
-                            "seconds": round(time.perf_counter() - machine_started, 1)}}
+    return {
+        "data": data,
+        "split": split,
+        "backend": backend,
+        "backend_params": params,
+        "k": k,
+        "batch_size": batch_size,
+        "max_active_dims": max_active_dims,
+        "members": rows,
+        "total": total,
+        "estimate_covers": f"{len(known)}/{len(rows)}",
+        "measurement": {
+            "sample": sample,
+            "synthetic_docs": [corpus[: max(synthetic_docs // 4, 1)].shape[0], synthetic_docs],
+            "synthetic_avg_d_nnz": round(large["postings"] / synthetic_docs, 1),
+            "synthetic_build_seconds": [round(small["build_seconds"], 3), round(large["build_seconds"], 3)],
+            "synthetic_index_bytes": [int(small["index_bytes"]), int(large["index_bytes"])],
+            "synthetic_search_ms_per_query": [
+                round(1000 * small["search_seconds_per_query"], 3),
+                round(1000 * large["search_seconds_per_query"], 3),
+            ],
+            "fitted_fixed_and_per_posting": {cost: list(fitted[cost]) for cost in COSTS},
+            "seconds": round(time.perf_counter() - machine_started, 1),
+        },
+    }
 
 
 def estimate_table(estimate: dict[str, Any]) -> str:
@@ -335,31 +407,60 @@ def estimate_table(estimate: dict[str, Any]) -> str:
     def duration(seconds: float | None) -> str:
         if seconds is None:
             return "?"
-        return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+        return (
+            f"{seconds:.0f} s"
+            if seconds < 120
+            else f"{seconds / 60:.0f} min"
+            if seconds < 7200
+            else f"{seconds / 3600:.1f} h"
+        )
 
     def size(count: float | None) -> str:
         return "?" if count is None else f"{count / 1e9:.2f} GB" if count >= 1e8 else f"{count / 1e6:.1f} MB"
 
     table = Table(title=f"evaluate --dry-run: {estimate['data']} ({estimate['backend']}, k={estimate['k']})")
-    for column in ("collection", "docs", "queries", "d nnz", "encode docs", "encode queries", "index", "search",
-                   "vectors disk", "index disk"):
+    for column in (
+        "collection",
+        "docs",
+        "queries",
+        "d nnz",
+        "encode docs",
+        "encode queries",
+        "index",
+        "search",
+        "vectors disk",
+        "index disk",
+    ):
         table.add_column(column, justify="left" if column == "collection" else "right")
-    rows = estimate["members"] + ([{"name": "total", **estimate["total"], "estimated": True}]
-                                  if len(estimate["members"]) > 1 and estimate["total"] else [])
+    rows = estimate["members"] + (
+        [{"name": "total", **estimate["total"], "estimated": True}]
+        if len(estimate["members"]) > 1 and estimate["total"]
+        else []
+    )
     for row in rows:
-        table.add_row(row["name"], "?" if row.get("documents") is None else f"{row['documents']:,}",
-                      "?" if row.get("queries") is None else f"{row['queries']:,}",
-                      str(row.get("avg_d_nnz", "")), duration(row.get("encode_docs_seconds")),
-                      duration(row.get("encode_queries_seconds")), duration(row.get("index_seconds")),
-                      duration(row.get("search_seconds")), size(row.get("vectors_bytes")), size(row.get("index_bytes")))
+        table.add_row(
+            row["name"],
+            "?" if row.get("documents") is None else f"{row['documents']:,}",
+            "?" if row.get("queries") is None else f"{row['queries']:,}",
+            str(row.get("avg_d_nnz", "")),
+            duration(row.get("encode_docs_seconds")),
+            duration(row.get("encode_queries_seconds")),
+            duration(row.get("index_seconds")),
+            duration(row.get("search_seconds")),
+            size(row.get("vectors_bytes")),
+            size(row.get("index_bytes")),
+        )
     buffer = io.StringIO()
     Console(file=buffer, width=160, color_system=None).print(table)
     measurement = estimate["measurement"]
-    notes = [f"measured in {measurement['seconds']} s: encoding {', '.join(sorted({row['sample'] for row in estimate['members']}))}; "
-             f"{estimate['backend']} indexes of {' and '.join(f'{n:,}' for n in measurement['synthetic_docs'])} "
-             f"synthetic documents (~{measurement['synthetic_avg_d_nnz']} nnz): built in "
-             f"{' and '.join(map(str, measurement['synthetic_build_seconds']))} s, "
-             f"{' and '.join(map(str, measurement['synthetic_search_ms_per_query']))} ms/query; "
-             "index and search fitted as fixed + per-posting cost",
-             f"covers {estimate['estimate_covers']} collections"]
+    notes = [
+        f"measured in {measurement['seconds']} s: encoding "
+        f"{', '.join(sorted({row['sample'] for row in estimate['members']}))}; "
+        f"{estimate['backend']} indexes of {' and '.join(f'{n:,}' for n in measurement['synthetic_docs'])} "
+        f"synthetic documents (~{measurement['synthetic_avg_d_nnz']} nnz): built in "
+        f"{' and '.join(map(str, measurement['synthetic_build_seconds']))} s, "
+        f"{' and '.join(map(str, measurement['synthetic_search_ms_per_query']))} ms/query; "
+        "index and search fitted as fixed + per-posting cost",
+        f"covers {estimate['estimate_covers']} collections",
+    ]
     return buffer.getvalue().rstrip() + "\n" + "\n".join(notes)

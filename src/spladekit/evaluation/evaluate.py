@@ -17,7 +17,8 @@ limit. ``max_active_dims`` keeps the k largest weights of every query and docume
 (``vectors_ops.keep_top_weights``) before indexing and before the efficiency statistics.
 
 Encoded corpora are cached under ``$SPLADEKIT_CACHE`` (default ``~/.cache/spladekit``) in
-``vectors/<sha256(model hash, corpus hash, max length, pooling)>/`` (a sharded vectors folder) so that re-evaluating the same model on the
+``vectors/<sha256(model hash, corpus hash, max length, pooling)>/`` (a sharded vectors folder) so that re-evaluating
+the same model on the
 same corpus does not re-encode it; the cache holds the full vectors, pruned after reading, so one entry
 serves every ``max_active_dims``. A damaged entry is read through ``Vectors.load`` like any vectors
 folder; it is then ignored with a warning and re-encoded (see :func:`read_cache_entry`).
@@ -64,8 +65,7 @@ def retrieval_flops(queries: sp.csr_matrix, documents: sp.csr_matrix) -> float:
     if queries.shape[1] != documents.shape[1]:
         raise SpladekitError(f"vocabulary mismatch: {queries.shape[1]} vs {documents.shape[1]} dimensions")
     p_q = np.bincount(queries.indices[queries.data > 0], minlength=queries.shape[1]) / max(queries.shape[0], 1)
-    p_d = np.bincount(documents.indices[documents.data > 0], minlength=documents.shape[1]) / max(
-        documents.shape[0], 1)
+    p_d = np.bincount(documents.indices[documents.data > 0], minlength=documents.shape[1]) / max(documents.shape[0], 1)
     return float(p_q @ p_d)
 
 
@@ -103,8 +103,14 @@ def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors |
     return vectors
 
 
-def encode_corpus(encoder: RetrievalModel, corpus: Corpus, max_length: int, batch_size: int = 32,
-                  cache: bool = True, show_progress: bool = True) -> tuple[Vectors, dict]:
+def encode_corpus(
+    encoder: RetrievalModel,
+    corpus: Corpus,
+    max_length: int,
+    batch_size: int = 32,
+    cache: bool = True,
+    show_progress: bool = True,
+) -> tuple[Vectors, dict]:
     """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache.
 
     The cache key covers everything that changes the vectors: the model's weights, the corpus, the
@@ -114,27 +120,42 @@ def encode_corpus(encoder: RetrievalModel, corpus: Corpus, max_length: int, batc
     """
     if not cache:
         started = time.perf_counter()
-        matrix = encoder.encode_document(corpus.texts, batch_size=batch_size, max_length=max_length,
-                                         show_progress=show_progress, ids=corpus.ids)
+        matrix = encoder.encode_document(
+            corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress, ids=corpus.ids
+        )
         seconds = round(time.perf_counter() - started, 3)
-        return (Vectors(matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling,
-                                             "encode_seconds": seconds}),
-                {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": None})
+        return (
+            Vectors(
+                matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling, "encode_seconds": seconds}
+            ),
+            {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": None},
+        )
     model_sha256 = model_fingerprint(encoder)
     corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
     key = hashlib.sha256(f"{model_sha256}|{corpus_sha256}|{max_length}|{encoder.pooling}".encode()).hexdigest()
     folder = cache_root() / "vectors" / key
     cached = read_cache_entry(folder, corpus, encoder.vocab_size)
     if cached is not None:
-        return cached, {"encode_docs_seconds": cached.meta.get("encode_seconds"), "corpus_cached": True,
-                        "cache_dir": str(folder)}
-    plan = build_plan(encoder, "", "", corpus_sha256, len(corpus), "document", max_length, None,
-                      DEFAULT_SHARD_SIZE, model_sha256)
+        return cached, {
+            "encode_docs_seconds": cached.meta.get("encode_seconds"),
+            "corpus_cached": True,
+            "cache_dir": str(folder),
+        }
+    plan = build_plan(
+        encoder, "", "", corpus_sha256, len(corpus), "document", max_length, None, DEFAULT_SHARD_SIZE, model_sha256
+    )
     started = time.perf_counter()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_shards(folder, encoder, zip(corpus.ids, corpus.texts), plan, resume=True, batch_size=batch_size,
-                     show_progress=show_progress)
+        write_shards(
+            folder,
+            encoder,
+            zip(corpus.ids, corpus.texts),
+            plan,
+            resume=True,
+            batch_size=batch_size,
+            show_progress=show_progress,
+        )
         finalize(folder, plan, shard_count(len(corpus), DEFAULT_SHARD_SIZE))
     except OutputBusy:  # another process is caching the same vectors: encode without the cache
         return encode_corpus(encoder, corpus, max_length, batch_size, False, show_progress)
@@ -158,8 +179,9 @@ def compute_metrics(qrels: Qrels, run: Run, measures: Iterable[str]) -> tuple[di
     return means, per_query
 
 
-def score_hits(collection: Collection, doc_indices: np.ndarray, scores: np.ndarray, k: int,
-               run_path: str | Path | None, tag: str) -> tuple[dict[str, float], dict, int | None]:
+def score_hits(
+    collection: Collection, doc_indices: np.ndarray, scores: np.ndarray, k: int, run_path: str | Path | None, tag: str
+) -> tuple[dict[str, float], dict, int | None]:
     """Score a retrieval of ``collection`` (n_queries × depth document rows, -1 = none, best first): the
     run, without self-hits when the collection drops them (then cut to ``k``), written to ``run_path`` when
     given; returns (means, per-query values, self-hits dropped or None)."""
@@ -200,15 +222,19 @@ def evaluate(
     collection = reconcile(collection)
     document_limit = encoder.side_max_length("document", max_length)
     query_limit = encoder.side_max_length("query", query_max_length or max_length)
-    documents, encode_info = encode_corpus(encoder, collection.corpus, document_limit, batch_size, cache,
-                                           show_progress)
+    documents, encode_info = encode_corpus(encoder, collection.corpus, document_limit, batch_size, cache, show_progress)
     document_matrix = documents.matrix
     if max_active_dims is not None:  # after the cache: it holds the full vectors
         document_matrix = keep_top_weights(document_matrix, max_active_dims)
     started = time.perf_counter()
-    queries = encoder.encode_query(collection.queries.texts, batch_size=batch_size, max_length=query_limit,
-                                   show_progress=show_progress, max_active_dims=max_active_dims,
-                                   ids=collection.queries.ids)
+    queries = encoder.encode_query(
+        collection.queries.texts,
+        batch_size=batch_size,
+        max_length=query_limit,
+        show_progress=show_progress,
+        max_active_dims=max_active_dims,
+        ids=collection.queries.ids,
+    )
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
     searcher = build_index(document_matrix, backend, **backend_params)
@@ -217,8 +243,9 @@ def evaluate(
     # one hit more where the query's own document is dropped, so k others remain
     hits = searcher.search_batches(queries, k=k + collection.drop_self_hits, show_progress=show_progress)
     search_seconds = time.perf_counter() - started
-    metrics, per_query, self_hits = score_hits(collection, hits.doc_indices, hits.scores, k, run_path,
-                                               f"spladekit-{backend}")
+    metrics, per_query, self_hits = score_hits(
+        collection, hits.doc_indices, hits.scores, k, run_path, f"spladekit-{backend}"
+    )
     return EvaluationResult(
         name=collection.name,
         measures=tuple(collection.measures),
@@ -232,16 +259,26 @@ def evaluate(
             "queries": len(collection.queries),
             "search_ms_per_query": 1000 * search_seconds / len(collection.queries),
         },
-        timings={"encode_docs_seconds": encode_info["encode_docs_seconds"],
-                 "encode_queries_seconds": round(encode_queries_seconds, 3),
-                 "index_seconds": round(index_seconds, 3)},
-        provenance={"source": collection.source, **collection.dropped, "backend": backend,
-                    "backend_params": searcher.params, "k": k, "max_length": document_limit,
-                    "query_max_length": query_limit, "max_active_dims": max_active_dims,
-                    "self_hits_removed": self_hits,
-                    "pooling": encoder.pooling, "corpus_cached": encode_info["corpus_cached"],
-                    "cache_dir": encode_info["cache_dir"],
-                    "run": None if run_path is None else str(final_path(run_path))},
+        timings={
+            "encode_docs_seconds": encode_info["encode_docs_seconds"],
+            "encode_queries_seconds": round(encode_queries_seconds, 3),
+            "index_seconds": round(index_seconds, 3),
+        },
+        provenance={
+            "source": collection.source,
+            **collection.dropped,
+            "backend": backend,
+            "backend_params": searcher.params,
+            "k": k,
+            "max_length": document_limit,
+            "query_max_length": query_limit,
+            "max_active_dims": max_active_dims,
+            "self_hits_removed": self_hits,
+            "pooling": encoder.pooling,
+            "corpus_cached": encode_info["corpus_cached"],
+            "cache_dir": encode_info["cache_dir"],
+            "run": None if run_path is None else str(final_path(run_path)),
+        },
     )
 
 
@@ -249,15 +286,25 @@ def evaluate(
 EvaluateOne = Callable[[Collection, Path | None], EvaluationResult]
 
 
-def evaluate_suite(encoder: RetrievalModel, collections: Iterable[Collection], name: str,
-                   run_dir: str | Path | None = None, **options: Any) -> EvaluationResult:
+def evaluate_suite(
+    encoder: RetrievalModel,
+    collections: Iterable[Collection],
+    name: str,
+    run_dir: str | Path | None = None,
+    **options: Any,
+) -> EvaluationResult:
     """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
-    return suite_result(lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
-                        collections, name, run_dir)
+    return suite_result(
+        lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
+        collections,
+        name,
+        run_dir,
+    )
 
 
-def suite_result(evaluate_one: EvaluateOne, collections: Iterable[Collection], name: str,
-                 run_dir: str | Path | None = None) -> EvaluationResult:
+def suite_result(
+    evaluate_one: EvaluateOne, collections: Iterable[Collection], name: str, run_dir: str | Path | None = None
+) -> EvaluationResult:
     """``evaluate_one`` on each collection (runs to RUN_DIR/<collection>.trec); the mean of their results."""
     members = {collection.name: evaluate_one(collection, run_file(run_dir, collection)) for collection in collections}
     if not members:
@@ -269,16 +316,31 @@ def run_file(run_dir: str | Path | None, collection: Collection) -> Path | None:
     return None if run_dir is None else Path(run_dir) / f"{collection.name}.trec"
 
 
-def evaluate_data(encoder: RetrievalModel, data: str | Path, split: str = "test",
-                  data_root: str | Path | None = None, run_dir: str | Path | None = None,
-                  **options: Any) -> EvaluationResult:
+def evaluate_data(
+    encoder: RetrievalModel,
+    data: str | Path,
+    split: str = "test",
+    data_root: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    **options: Any,
+) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
-    return evaluate_resolved(lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
-                             data, split, data_root, run_dir)
+    return evaluate_resolved(
+        lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
+        data,
+        split,
+        data_root,
+        run_dir,
+    )
 
 
-def evaluate_resolved(evaluate_one: EvaluateOne, data: str | Path, split: str = "test",
-                      data_root: str | Path | None = None, run_dir: str | Path | None = None) -> EvaluationResult:
+def evaluate_resolved(
+    evaluate_one: EvaluateOne,
+    data: str | Path,
+    split: str = "test",
+    data_root: str | Path | None = None,
+    run_dir: str | Path | None = None,
+) -> EvaluationResult:
     """``evaluate_one`` on ``data``: a suite's collections (and their mean), or one collection."""
     if str(data) in SUITES:
         return suite_result(evaluate_one, load_suite(str(data), data_root, split), str(data), run_dir)
@@ -297,18 +359,31 @@ def results_table(result: EvaluationResult) -> str:
     provenance = first.provenance
     pruned = provenance.get("max_active_dims")
     lengths = f"max length {provenance.get('max_length')}" + (
-        "" if provenance.get("query_max_length") in (None, provenance.get("max_length"))
-        else f" (queries {provenance['query_max_length']})")
-    table = Table(title=f"{result.name} ({provenance.get('backend')}, k={provenance.get('k')}, {lengths}"
-                  + ("" if pruned is None else f", max active dims {pruned}") + ")")
+        ""
+        if provenance.get("query_max_length") in (None, provenance.get("max_length"))
+        else f" (queries {provenance['query_max_length']})"
+    )
+    table = Table(
+        title=f"{result.name} ({provenance.get('backend')}, k={provenance.get('k')}, {lengths}"
+        + ("" if pruned is None else f", max active dims {pruned}")
+        + ")"
+    )
     for column in ("dataset", *result.measures, "flops", "q nnz", "d nnz", "docs", "queries", "ms/query"):
         table.add_column(column, justify="left" if column == "dataset" else "right")
 
     def add(label: str, row: EvaluationResult, style: str | None = None) -> None:
         numbers = row.efficiency
-        table.add_row(label, *(f"{row.metrics[m]:.4f}" for m in result.measures), f"{numbers['flops']:.2f}",
-                      f"{numbers['avg_q_nnz']:.1f}", f"{numbers['avg_d_nnz']:.1f}", f"{numbers['docs']:,.0f}",
-                      f"{numbers['queries']:,.0f}", f"{numbers['search_ms_per_query']:.2f}", style=style)
+        table.add_row(
+            label,
+            *(f"{row.metrics[m]:.4f}" for m in result.measures),
+            f"{numbers['flops']:.2f}",
+            f"{numbers['avg_q_nnz']:.1f}",
+            f"{numbers['avg_d_nnz']:.1f}",
+            f"{numbers['docs']:,.0f}",
+            f"{numbers['queries']:,.0f}",
+            f"{numbers['search_ms_per_query']:.2f}",
+            style=style,
+        )
 
     for label, row in rows.items():
         add(label, row)

@@ -102,9 +102,13 @@ class TextExplanation:
         return len(self.terms)
 
     def to_dict(self, top: int | None = None) -> dict:
-        return {"text": self.text, "side": self.side, "nnz": self.nnz,
-                "l1": float(sum(term.weight for term in self.terms)),
-                "terms": [term.to_dict() for term in self.terms[:top]]}
+        return {
+            "text": self.text,
+            "side": self.side,
+            "nnz": self.nnz,
+            "l1": float(sum(term.weight for term in self.terms)),
+            "terms": [term.to_dict() for term in self.terms[:top]],
+        }
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,14 @@ class Contribution:
     contribution: float
 
     def to_dict(self) -> dict:
-        return {"term": self.term, "token": self.token, "id": self.id, "query_weight": self.query_weight,
-                "document_weight": self.document_weight, "contribution": self.contribution}
+        return {
+            "term": self.term,
+            "token": self.token,
+            "id": self.id,
+            "query_weight": self.query_weight,
+            "document_weight": self.document_weight,
+            "contribution": self.contribution,
+        }
 
 
 @dataclass(frozen=True)
@@ -134,10 +144,14 @@ class PairExplanation:
 
     def to_dict(self, top: int | None = None) -> dict:
         shown = self.contributions[:top]
-        return {"score": self.score, "shared_terms": len(self.contributions),
-                "shown_score": float(sum(c.contribution for c in shown)),
-                "contributions": [c.to_dict() for c in shown],
-                "query": self.query.to_dict(top), "document": self.document.to_dict(top)}
+        return {
+            "score": self.score,
+            "shared_terms": len(self.contributions),
+            "shown_score": float(sum(c.contribution for c in shown)),
+            "contributions": [c.to_dict() for c in shown],
+            "query": self.query.to_dict(top),
+            "document": self.document.to_dict(top),
+        }
 
 
 def explain_vector(tokenizer: Any, row: sp.csr_matrix, text: str, side: str) -> TextExplanation:
@@ -147,19 +161,22 @@ def explain_vector(tokenizer: Any, row: sp.csr_matrix, text: str, side: str) -> 
     order = best_first(row.indices, row.data)
     ids, weights = row.indices[order], row.data[order]
     tokens = readable_tokens(tokenizer, ids.tolist())
-    return TextExplanation(text, side, [Term(int(i), token, term, float(w))
-                                        for i, (token, term), w in zip(ids, tokens, weights)])
+    return TextExplanation(
+        text, side, [Term(int(i), token, term, float(w)) for i, (token, term), w in zip(ids, tokens, weights)]
+    )
 
 
-def explain_text(model: RetrievalModel, text: str, side: str = "document",
-                 max_length: int | None = None) -> TextExplanation:
+def explain_text(
+    model: RetrievalModel, text: str, side: str = "document", max_length: int | None = None
+) -> TextExplanation:
     """Encode ``text`` on ``side`` and list its active terms, heaviest first."""
     vector = encode_side(model, [check_text(text)], side, max_length)
     return explain_vector(model.tokenizer, vector, text, side)
 
 
-def explain_vectors(tokenizer: Any, query_vector: sp.csr_matrix, document_vector: sp.csr_matrix, query: str,
-                    document: str) -> PairExplanation:
+def explain_vectors(
+    tokenizer: Any, query_vector: sp.csr_matrix, document_vector: sp.csr_matrix, query: str, document: str
+) -> PairExplanation:
     """The pair view of two encoded vectors (1 × V rows)."""
     q, d = sp.csr_matrix(query_vector), sp.csr_matrix(document_vector)
     score = float((q @ d.T).toarray()[0, 0])
@@ -168,19 +185,29 @@ def explain_vectors(tokenizer: Any, query_vector: sp.csr_matrix, document_vector
     order = best_first(products.indices, products.data)
     ids = products.indices[order]
     q_dense, d_dense = q.toarray()[0], d.toarray()[0]
-    contributions = [Contribution(int(i), token, term, float(q_dense[i]), float(d_dense[i]), float(value))
-                     for i, (token, term), value in zip(ids, readable_tokens(tokenizer, ids.tolist()),
-                                                        products.data[order])]
-    return PairExplanation(explain_vector(tokenizer, q, query, "query"),
-                           explain_vector(tokenizer, d, document, "document"), contributions, score)
+    contributions = [
+        Contribution(int(i), token, term, float(q_dense[i]), float(d_dense[i]), float(value))
+        for i, (token, term), value in zip(ids, readable_tokens(tokenizer, ids.tolist()), products.data[order])
+    ]
+    return PairExplanation(
+        explain_vector(tokenizer, q, query, "query"),
+        explain_vector(tokenizer, d, document, "document"),
+        contributions,
+        score,
+    )
 
 
 def explain_pair(model: RetrievalModel, query: str, document: str, max_length: int | None = None) -> PairExplanation:
     """Encode ``query`` (query side) and ``document`` (document side); the terms behind their score."""
     check_text(query, "query")
     check_text(document, "document")
-    return explain_vectors(model.tokenizer, encode_side(model, [query], "query", max_length),
-                           encode_side(model, [document], "document", max_length), query, document)
+    return explain_vectors(
+        model.tokenizer,
+        encode_side(model, [query], "query", max_length),
+        encode_side(model, [document], "document", max_length),
+        query,
+        document,
+    )
 
 
 # ----------------------------------------------------------------------------------------- terminal
@@ -193,17 +220,27 @@ def terminal_table(explanation: TextExplanation | PairExplanation, top: int = DE
     if isinstance(explanation, PairExplanation):
         shown = explanation.contributions[:top]
         summary = explanation.to_dict(top)
-        headline = (f"score {explanation.score:.4f} = Σ q_v·d_v over {len(explanation.contributions)} shared terms "
-                    f"(query nnz {explanation.query.nnz}, document nnz {explanation.document.nnz})")
+        headline = (
+            f"score {explanation.score:.4f} = Σ q_v·d_v over {len(explanation.contributions)} shared terms "
+            f"(query nnz {explanation.query.nnz}, document nnz {explanation.document.nnz})"
+        )
         table = Table()
         for column in ("#", "term", "q_v", "d_v", "q_v·d_v", "share"):
             table.add_column(column, justify="left" if column == "term" else "right")
         for rank, item in enumerate(shown, start=1):
             share = item.contribution / explanation.score if explanation.score else 0.0
-            table.add_row(str(rank), Text(item.term), f"{item.query_weight:.3f}", f"{item.document_weight:.3f}",
-                          f"{item.contribution:.3f}", f"{share:.1%}")
-        footer = (f"top {len(shown)} of {len(explanation.contributions)} shared terms: "
-                  f"{summary['shown_score']:.4f} of the score")
+            table.add_row(
+                str(rank),
+                Text(item.term),
+                f"{item.query_weight:.3f}",
+                f"{item.document_weight:.3f}",
+                f"{item.contribution:.3f}",
+                f"{share:.1%}",
+            )
+        footer = (
+            f"top {len(shown)} of {len(explanation.contributions)} shared terms: "
+            f"{summary['shown_score']:.4f} of the score"
+        )
     else:
         headline = f"{explanation.side} vector: {explanation.nnz} active terms"
         table = Table()
@@ -211,8 +248,13 @@ def terminal_table(explanation: TextExplanation | PairExplanation, top: int = DE
             table.add_column(column, justify="left" if column in ("term", "") else "right")
         heaviest = explanation.terms[0].weight if explanation.terms else 1.0
         for rank, term in enumerate(explanation.terms[:top], start=1):
-            table.add_row(str(rank), Text(term.term), str(term.id), f"{term.weight:.3f}",
-                          "█" * max(1, round(24 * term.weight / heaviest)))
+            table.add_row(
+                str(rank),
+                Text(term.term),
+                str(term.id),
+                f"{term.weight:.3f}",
+                "█" * max(1, round(24 * term.weight / heaviest)),
+            )
         footer = f"top {min(top, explanation.nnz)} of {explanation.nnz} terms"
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None)
@@ -249,23 +291,29 @@ def _chart(rows: Sequence[tuple[str, float, bool, str]], kind: str) -> str:
     cells = []
     for label, value, emphasised, tooltip in rows:
         width = 100.0 * value / largest
-        cells.append(f'<div class="term{" shared" if emphasised else ""}">{html.escape(label)}</div>'
-                     f'<div class="track" title="{html.escape(tooltip)}"><div class="bar" style="width:{width:.1f}%">'
-                     f'</div></div><div class="value">{value:.3f}</div>')
+        cells.append(
+            f'<div class="term{" shared" if emphasised else ""}">{html.escape(label)}</div>'
+            f'<div class="track" title="{html.escape(tooltip)}"><div class="bar" style="width:{width:.1f}%">'
+            f'</div></div><div class="value">{value:.3f}</div>'
+        )
     return f'<div class="chart {kind}">' + "".join(cells) + "</div>"
 
 
 def _text_section(explanation: TextExplanation, top: int, title: str, shared: AbstractSet[int] = frozenset()) -> str:
-    rows = [(term.term, term.weight, term.id in shared, f"{term.token} (id {term.id})")
-            for term in explanation.terms[:top]]
-    return (f"<section class=\"{explanation.side}\"><h2>{html.escape(title)}</h2>"
-            f"<p class=\"meta\">{explanation.nnz} active terms; top {len(rows)} shown"
-            f"{'; bold: shared with the other side' if shared else ''}</p>"
-            f"<blockquote>{html.escape(explanation.text)}</blockquote>{_chart(rows, explanation.side)}</section>")
+    rows = [
+        (term.term, term.weight, term.id in shared, f"{term.token} (id {term.id})") for term in explanation.terms[:top]
+    ]
+    return (
+        f'<section class="{explanation.side}"><h2>{html.escape(title)}</h2>'
+        f'<p class="meta">{explanation.nnz} active terms; top {len(rows)} shown'
+        f"{'; bold: shared with the other side' if shared else ''}</p>"
+        f"<blockquote>{html.escape(explanation.text)}</blockquote>{_chart(rows, explanation.side)}</section>"
+    )
 
 
-def html_page(explanation: TextExplanation | PairExplanation, top: int = DEFAULT_TOP, model: str = "",
-              title: str = "") -> str:
+def html_page(
+    explanation: TextExplanation | PairExplanation, top: int = DEFAULT_TOP, model: str = "", title: str = ""
+) -> str:
     """One self-contained HTML page (inline CSS bar charts, no script, no external resource)."""
     heading = title or ("query–document score" if isinstance(explanation, PairExplanation) else "top terms")
     parts = [f"<h1>spladekit explain: {html.escape(heading)}</h1>"]
@@ -274,26 +322,37 @@ def html_page(explanation: TextExplanation | PairExplanation, top: int = DEFAULT
     if isinstance(explanation, PairExplanation):
         summary = explanation.to_dict(top)
         shared = {item.id for item in explanation.contributions}
-        rows = [(item.term, item.contribution, False, f"q_v {item.query_weight:.3f} × d_v {item.document_weight:.3f}")
-                for item in explanation.contributions[:top]]
+        rows = [
+            (item.term, item.contribution, False, f"q_v {item.query_weight:.3f} × d_v {item.document_weight:.3f}")
+            for item in explanation.contributions[:top]
+        ]
         parts += [
             f'<p class="score">score {explanation.score:.4f} = Σ<sub>v</sub> q<sub>v</sub>·d<sub>v</sub> over '
             f"{len(explanation.contributions)} shared terms</p>",
             f'<section class="contribution"><h2>Contributions q<sub>v</sub>·d<sub>v</sub></h2>'
             f'<p class="meta">top {len(rows)} shown, {summary["shown_score"]:.4f} of the score</p>'
             f"{_chart(rows, 'contribution')}</section>",
-            '<div class="columns">', _text_section(explanation.query, top, "Query terms", shared),
-            _text_section(explanation.document, top, "Document terms", shared), "</div>",
+            '<div class="columns">',
+            _text_section(explanation.query, top, "Query terms", shared),
+            _text_section(explanation.document, top, "Document terms", shared),
+            "</div>",
         ]
     else:
         parts.append(_text_section(explanation, top, f"{explanation.side.capitalize()} terms"))
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>spladekit explain: {html.escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n"
-            "<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>spladekit explain: {html.escape(heading)}</title>\n<style>{STYLE}</style>\n</head>\n"
+        "<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n"
+    )
 
 
-def write_html(path: str | Path, explanation: TextExplanation | PairExplanation, top: int = DEFAULT_TOP,
-               model: str = "", title: str = "") -> Path:
+def write_html(
+    path: str | Path,
+    explanation: TextExplanation | PairExplanation,
+    top: int = DEFAULT_TOP,
+    model: str = "",
+    title: str = "",
+) -> Path:
     """Write :func:`html_page` to ``path`` atomically."""
     with atomic_file(path) as stream:
         stream.write(html_page(explanation, top, model, title))
@@ -312,8 +371,15 @@ def _file_name(query_id: str, taken: set[str]) -> str:
     return name
 
 
-def explain_run(model: RetrievalModel, collection: Collection, run: Run, folder: str | Path, queries: int = 3,
-                top: int = DEFAULT_TOP, model_name: str = "") -> list[dict]:
+def explain_run(
+    model: RetrievalModel,
+    collection: Collection,
+    run: Run,
+    folder: str | Path,
+    queries: int = 3,
+    top: int = DEFAULT_TOP,
+    model_name: str = "",
+) -> list[dict]:
     """For the first ``queries`` queries of ``run`` (collection order) that retrieved something, write the
     pair view against their top-ranked document: ``query-<id>.html`` each, plus ``summary.json`` (one
     record per query: ids, texts, score, whether the document is judged relevant, top contributions) and
@@ -321,28 +387,44 @@ def explain_run(model: RetrievalModel, collection: Collection, run: Run, folder:
     check_top(top)
     folder = Path(folder)
     documents = dict(zip(collection.corpus.ids, collection.corpus.texts))
-    chosen = [(query_id, text) for query_id, text in zip(collection.queries.ids, collection.queries.texts)
-              if run.ranking(query_id)][:queries]
+    chosen = [
+        (query_id, text)
+        for query_id, text in zip(collection.queries.ids, collection.queries.texts)
+        if run.ranking(query_id)
+    ][:queries]
     records: list[dict] = []
     taken: set[str] = set()
     for query_id, text in chosen:
         doc_id = run.ranking(query_id)[0]
         explanation = explain_pair(model, text, documents[doc_id])
         name = _file_name(query_id, taken)
-        write_html(folder / name, explanation, top, model_name,
-                   title=f"query {query_id} against its top document {doc_id}")
-        records.append({"query_id": query_id, "doc_id": doc_id, "page": name,
-                        "relevance": collection.qrels.get(query_id, {}).get(doc_id, 0),
-                        "run_score": run.scores[query_id][doc_id]} | explanation.to_dict(top))
+        write_html(
+            folder / name, explanation, top, model_name, title=f"query {query_id} against its top document {doc_id}"
+        )
+        records.append(
+            {
+                "query_id": query_id,
+                "doc_id": doc_id,
+                "page": name,
+                "relevance": collection.qrels.get(query_id, {}).get(doc_id, 0),
+                "run_score": run.scores[query_id][doc_id],
+            }
+            | explanation.to_dict(top)
+        )
     with atomic_file(folder / "summary.json") as stream:
         stream.write(json.dumps(records, indent=2) + "\n")
-    lines = ["# Why the top document? Term contributions q_v·d_v", "",
-             "| query | top document | judged relevance | score | top contributing terms | page |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Why the top document? Term contributions q_v·d_v",
+        "",
+        "| query | top document | judged relevance | score | top contributing terms | page |",
+        "|---|---|---|---|---|---|",
+    ]
     for record in records:
         terms = ", ".join(f"{c['term']} {c['contribution']:.2f}" for c in record["contributions"][:5])
-        lines.append(f"| {record['query_id']}: {_cell(record['query']['text'])} | {record['doc_id']} | "
-                     f"{record['relevance']} | {record['score']:.3f} | {_cell(terms)} | [{record['page']}]({record['page']}) |")
+        lines.append(
+            f"| {record['query_id']}: {_cell(record['query']['text'])} | {record['doc_id']} | "
+            f"{record['relevance']} | {record['score']:.3f} | {_cell(terms)} | [{record['page']}]({record['page']}) |"
+        )
     with atomic_file(folder / "summary.md") as stream:
         stream.write("\n".join(lines) + "\n")
     return records

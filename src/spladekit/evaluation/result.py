@@ -35,7 +35,9 @@ class EvaluationResult:
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)  # measure → query id → value
     efficiency: dict[str, float] = field(default_factory=dict)  # EFFICIENCY_KEYS
     timings: dict[str, float | None] = field(default_factory=dict)  # TIMING_KEYS
-    provenance: dict = field(default_factory=dict)  # source, backend, backend_params, k, max lengths, max_active_dims, cache…
+    provenance: dict = field(
+        default_factory=dict
+    )  # source, backend, backend_params, k, max lengths, max_active_dims, cache…
     members: dict[str, EvaluationResult] = field(default_factory=dict)  # a suite's collections
 
     @property
@@ -54,12 +56,16 @@ class EvaluationResult:
             return float(np.mean([getattr(part, of)[key] for part in parts]))
 
         return cls(
-            name=name, measures=first.measures,
+            name=name,
+            measures=first.measures,
             metrics={measure: mean(measure, "metrics") for measure in first.measures},
             efficiency={key: mean(key, "efficiency") for key in first.efficiency},
             timings={key: float(sum(part.timings.get(key) or 0.0 for part in parts)) for key in first.timings},
-            provenance={key: first.provenance[key] for key in ("backend", "k", "max_length", "query_max_length", "max_active_dims")
-                        if key in first.provenance},
+            provenance={
+                key: first.provenance[key]
+                for key in ("backend", "k", "max_length", "query_max_length", "max_active_dims")
+                if key in first.provenance
+            },
             members=members,
         )
 
@@ -93,8 +99,13 @@ class EvaluationResult:
         measures = payload.get("measures")
         if measures is None:
             # Written by spladekit < 0.2: a key is a measure when ir_measures can parse it.
-            measures = [name for name in payload if name not in (*EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS)
-                        and _is_measure(name) and isinstance(payload[name], (int, float))]
+            measures = [
+                name
+                for name in payload
+                if name not in (*EFFICIENCY_KEYS, *TIMING_KEYS, *STRUCTURE_KEYS)
+                and _is_measure(name)
+                and isinstance(payload[name], (int, float))
+            ]
         if not isinstance(measures, list) or not all(isinstance(m, str) and m in payload for m in measures):
             raise InputError(f"{key('measures')} must list measure names present in the result", source)
         for name in measures:
@@ -122,7 +133,9 @@ class EvaluationResult:
             efficiency={name: payload[name] for name in EFFICIENCY_KEYS if name in payload},
             timings={name: payload[name] for name in TIMING_KEYS if name in payload},
             provenance={name: value for name, value in payload.items() if name not in used},
-            members={name: cls.from_dict(member, source, f"{where}datasets.{name}.") for name, member in members.items()},
+            members={
+                name: cls.from_dict(member, source, f"{where}datasets.{name}.") for name, member in members.items()
+            },
         )
 
     def save(self, path: str | Path) -> Path:

@@ -38,15 +38,16 @@ class Run:
         return list(self.scores.get(query_id, {}))
 
     @classmethod
-    def from_hits(cls, query_ids: Sequence[str], doc_ids: Sequence[str], rows: np.ndarray,
-                  scores: np.ndarray) -> Run:
+    def from_hits(cls, query_ids: Sequence[str], doc_ids: Sequence[str], rows: np.ndarray, scores: np.ndarray) -> Run:
         """From a search's ``n_queries × k`` document rows (-1: no hit) and scores, best first per row."""
         if len(query_ids) != len(rows):
             raise ValueError(f"{len(query_ids)} query ids for {len(rows)} result rows")
-        return cls({
-            query_id: {doc_ids[row]: float(score) for row, score in zip(hit_rows, hit_scores) if row >= 0}
-            for query_id, hit_rows, hit_scores in zip(query_ids, rows, scores)
-        })
+        return cls(
+            {
+                query_id: {doc_ids[row]: float(score) for row, score in zip(hit_rows, hit_scores) if row >= 0}
+                for query_id, hit_rows, hit_scores in zip(query_ids, rows, scores)
+            }
+        )
 
     def without_self_hits(self, k: int | None = None) -> tuple[Run, int]:
         """The run without any document whose id equals its query's id, cut to ``k`` hits per query, and how
@@ -95,8 +96,9 @@ class Run:
             if not fields:
                 continue
             if len(fields) != 6:
-                raise InputError(f"expected 6 fields (query_id Q0 doc_id rank score tag), got {len(fields)}",
-                                 path, number)
+                raise InputError(
+                    f"expected 6 fields (query_id Q0 doc_id rank score tag), got {len(fields)}", path, number
+                )
             query_id, _, doc_id, rank, score, _ = fields
             try:
                 value = float(score)
@@ -112,8 +114,12 @@ class Run:
             ranked.setdefault(query_id, []).append((position, doc_id, value))
         if not ranked:
             raise InputError("no results in run file", path)
-        return cls({query_id: {doc_id: score for _, doc_id, score in sorted(hits, key=lambda hit: hit[0])}
-                    for query_id, hits in ranked.items()})
+        return cls(
+            {
+                query_id: {doc_id: score for _, doc_id, score in sorted(hits, key=lambda hit: hit[0])}
+                for query_id, hits in ranked.items()
+            }
+        )
 
 
 def _ranked(hits: dict[str, float]) -> list[tuple[str, float]]:

@@ -39,8 +39,11 @@ def inflate(model: PreTrainedModel, factor: float, target: str = "tied") -> PreT
         return divide_head(model, 1.0 / factor, mode=target)
     if target == "transform":
         prefix = f"{model.base_model_prefix}."
-        norms = [module for name, module in model.named_modules()
-                 if isinstance(module, nn.LayerNorm) and not name.startswith(prefix)]
+        norms = [
+            module
+            for name, module in model.named_modules()
+            if isinstance(module, nn.LayerNorm) and not name.startswith(prefix)
+        ]
         if not norms:
             raise SpladekitError("no MLM-transform LayerNorm (outside the encoder) to inflate in this model")
         with torch.no_grad():
@@ -49,8 +52,11 @@ def inflate(model: PreTrainedModel, factor: float, target: str = "tied") -> PreT
                     parameter.mul_(factor)
         return model
     if target == "positions":
-        tables = [module for name, module in model.named_modules()
-                  if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)]
+        tables = [
+            module
+            for name, module in model.named_modules()
+            if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)
+        ]
         if not tables:
             raise SpladekitError("no absolute position embeddings to inflate (a rotary model?)")
         with torch.no_grad():

@@ -77,8 +77,9 @@ STAGES = 5
 SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
-def training_overrides(backbone: str, triplets: Path, steps: int, trust_remote_code: bool,
-                       progress: bool = False) -> list[str]:
+def training_overrides(
+    backbone: str, triplets: Path, steps: int, trust_remote_code: bool, progress: bool = False
+) -> list[str]:
     """``--set`` assignments for a short run: auto k and mode, warm-ups scaled to the number of steps."""
     warmup = max(1, steps // 10)
     return [
@@ -104,9 +105,12 @@ def _row(label: str, result: EvaluationResult) -> str:
 
 def summary_table(before: EvaluationResult, after: EvaluationResult, rescaling: RescaleRecord, steps: int) -> str:
     header = ["model", *after.measures, "FLOPS", "query nnz", "doc nnz"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             _row("backbone as is (k = 1, before this training)", before),
-             _row(f"trained ({rescaling.describe()}, {steps} steps)", after)]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        _row("backbone as is (k = 1, before this training)", before),
+        _row(f"trained ({rescaling.describe()}, {steps} steps)", after),
+    ]
     return "\n".join(lines)
 
 
@@ -117,8 +121,11 @@ def default_assets() -> tuple[str, str, str]:
     (ir_datasets)."""
     shared = shared_folder()
     found = []
-    for local, public in ((SHARED_BACKBONE, DEFAULT_BACKBONE), (SHARED_DATA, DEFAULT_DATA),
-                          (SHARED_EVAL_DATA, DEFAULT_EVAL_DATA)):
+    for local, public in (
+        (SHARED_BACKBONE, DEFAULT_BACKBONE),
+        (SHARED_DATA, DEFAULT_DATA),
+        (SHARED_EVAL_DATA, DEFAULT_EVAL_DATA),
+    ):
         folder = shared.joinpath(*local) if shared is not None else None
         found.append(str(folder) if folder is not None and folder.is_dir() else public)
     return found[0], found[1], found[2]
@@ -126,11 +133,16 @@ def default_assets() -> tuple[str, str, str]:
 
 def explain_diagnosis(report: HeadReport) -> str:
     """The head diagnosis in one line: tying, scale, the initial score against a trained SPLADE's."""
-    fresh = (f"; {len(report.fresh_keys)} head weight(s) not in the checkpoint, freshly initialized"
-             if report.fresh_keys else "")
-    return (f"head {report.head_param} ({'tied to' if report.tied else 'separate from'} the input embeddings), "
-            f"mean row norm {report.mean_row_norm:.2f}; before training, a query and its relevant document score "
-            f"{report.median_pair_score:.1f} (median), a trained SPLADE ~{REFERENCE_PAIR_SCORE:g}{fresh}")
+    fresh = (
+        f"; {len(report.fresh_keys)} head weight(s) not in the checkpoint, freshly initialized"
+        if report.fresh_keys
+        else ""
+    )
+    return (
+        f"head {report.head_param} ({'tied to' if report.tied else 'separate from'} the input embeddings), "
+        f"mean row norm {report.mean_row_norm:.2f}; before training, a query and its relevant document score "
+        f"{report.median_pair_score:.1f} (median), a trained SPLADE ~{REFERENCE_PAIR_SCORE:g}{fresh}"
+    )
 
 
 def explain_k(report: HeadReport) -> str:
@@ -138,11 +150,16 @@ def explain_k(report: HeadReport) -> str:
     scores = ", ".join(f"{float(k):g}: {score:.1f}" for k, score in report.scores_by_k.items())
     limit = AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE
     k = report.recommended_k
-    why_k = (f"k = {k:g}, the smallest k that brings the median score to <= {limit:g}" if report.scores_by_k.get(
-        f"{k:g}", limit + 1) <= limit else f"k = {k:g}, the largest candidate (none reaches {limit:g})")
+    why_k = (
+        f"k = {k:g}, the smallest k that brings the median score to <= {limit:g}"
+        if report.scores_by_k.get(f"{k:g}", limit + 1) <= limit
+        else f"k = {k:g}, the largest candidate (none reaches {limit:g})"
+    )
     if report.recommended_mode == "untie":
-        why_mode = (f"mode untie: dividing the tied matrix by {k:g} would leave the word embeddings smaller than "
-                    f"the position embeddings (ratio {report.word_position_ratio:.2f})")
+        why_mode = (
+            f"mode untie: dividing the tied matrix by {k:g} would leave the word embeddings smaller than "
+            f"the position embeddings (ratio {report.word_position_ratio:.2f})"
+        )
     else:
         why_mode = "mode tied (the paper's: one matrix, divided once)"
     return f"auto-k: {why_k} (score by k: {scores}); {why_mode}"
@@ -175,21 +192,45 @@ def quickstart(
     eval_data = eval_data or data or defaults[2]
     data = data or defaults[1]
     # checked before any work; data.path is set once the triplets are found or mined
-    settings = load_config(config, training_overrides(backbone, Path(triplets or TRIPLETS_FILE), steps,
-                                                      trust_remote_code, show_progress))
+    settings = load_config(
+        config, training_overrides(backbone, Path(triplets or TRIPLETS_FILE), steps, trust_remote_code, show_progress)
+    )
     output = Path(output)
     with open_output(output, folder=True, overwrite=overwrite) as opened:
-        summary = _quickstart(backbone, data, eval_data, opened.staging, settings, triplets, split, max_length,
-                              trust_remote_code, show_progress, say)
+        summary = _quickstart(
+            backbone,
+            data,
+            eval_data,
+            opened.staging,
+            settings,
+            triplets,
+            split,
+            max_length,
+            trust_remote_code,
+            show_progress,
+            say,
+        )
     return summary
 
 
-def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: Path, settings: TrainConfig,
-                triplets: str | Path | None, split: str, max_length: int | None, trust_remote_code: bool,
-                show_progress: bool, say: Callable[[str], None]) -> dict:
+def _quickstart(
+    backbone: str,
+    data: str | Path,
+    eval_data: str | Path,
+    output: Path,
+    settings: TrainConfig,
+    triplets: str | Path | None,
+    split: str,
+    max_length: int | None,
+    trust_remote_code: bool,
+    show_progress: bool,
+    say: Callable[[str], None],
+) -> dict:
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
-    say(f"[0/{STAGES}] loading {eval_data} ({split}) to evaluate on, training triplets from {triplets or data}, "
-        f"and {backbone}")
+    say(
+        f"[0/{STAGES}] loading {eval_data} ({split}) to evaluate on, training triplets from {triplets or data}, "
+        f"and {backbone}"
+    )
     collection = load_collection(eval_data, split)  # first: a bad id or folder fails before any other work
     triplets = Path(triplets) if triplets is not None else find_or_mine(data, output, show_progress)
     settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, path=str(triplets)))
@@ -200,32 +241,51 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
     # once, on the training pairs that `rescale.k: auto` would diagnose: the k explained is the k trained with
     pairs = sample_pairs(load_training_set(settings.data), settings.rescale.auto_pairs)
     report = diagnose(encoder, pairs, settings.data.doc_max_length, mode=settings.rescale.mode)
-    rescaling = resolve_rescale(encoder, settings.rescale.k, settings.rescale.mode, settings.rescale.rescale_bias,
-                                pairs, settings.data.doc_max_length, report=report)
+    rescaling = resolve_rescale(
+        encoder,
+        settings.rescale.k,
+        settings.rescale.mode,
+        settings.rescale.rescale_bias,
+        pairs,
+        settings.data.doc_max_length,
+        report=report,
+    )
     settings = resolved_config(settings, rescaling)
     with atomic_file(output / "diagnose.json") as stream:
         stream.write(json.dumps(report.to_dict(), indent=2) + "\n")
     say(f"      {explain_diagnosis(report)}")
     say(f"      {explain_k(report)}")
 
-    say(f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, before this training) on {len(collection.corpus)} "
-        f"documents, {len(collection.qrels)} judged queries")
+    say(
+        f"[2/{STAGES}] evaluate before: the backbone as it is (k = 1, before this training) on "
+        f"{len(collection.corpus)} "
+        f"documents, {len(collection.qrels)} judged queries"
+    )
     # the backbone as loaded is the same model on every run: its corpus vectors come from the evaluation
     # cache after the first run (keyed by the weights' and the corpus' hashes, see spladekit.evaluation.evaluate)
     before = evaluate(encoder, collection, max_length=max_length, cache=True, show_progress=show_progress)
     say(f"      {_metrics_line(before)}")
 
-    say(f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
-        f"divided by auto-k")
+    say(
+        f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
+        f"divided by auto-k"
+    )
     run = train(settings, output / "train")
     trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
 
     say(f"[4/{STAGES}] evaluate after: the trained model ({rescaling.describe()})")
-    after = evaluate(trained, collection, max_length=max_length, cache=False, show_progress=show_progress,
-                     run_path=output / "run.trec")
+    after = evaluate(
+        trained,
+        collection,
+        max_length=max_length,
+        cache=False,
+        show_progress=show_progress,
+        run_path=output / "run.trec",
+    )
     say(f"      {_metrics_line(after)}")
-    explain_run(trained, collection, Run.read(output / "run.trec"), output / "explain",
-                model_name=str(final_path(run.model)))
+    explain_run(
+        trained, collection, Run.read(output / "run.trec"), output / "explain", model_name=str(final_path(run.model))
+    )
 
     say(f"[5/{STAGES}] plots and summary")
     # the card again: this evaluation happened after training (the training wrote the card without it)
@@ -233,21 +293,33 @@ def _quickstart(backbone: str, data: str | Path, eval_data: str | Path, output: 
     write_model_card(run.model, trained, training=training, evaluation=[after])
     table = summary_table(before, after, rescaling, steps)
     plots = final_path(run.output / "plots")
-    summary = {"backbone": str(backbone), "data": str(data), "eval_data": str(eval_data), "split": split,
-               "recommended_k": report.recommended_k,
-               "k": rescaling.k, "mode": rescaling.mode, "steps": steps, "model": str(final_path(run.model)),
-               "plots": str(plots), "plot_files": [str(plots / path.name) for path in sorted(
-                   (run.output / "plots").glob("*.png"))],
-               "before": before.to_dict(), "after": after.to_dict()}
+    summary = {
+        "backbone": str(backbone),
+        "data": str(data),
+        "eval_data": str(eval_data),
+        "split": split,
+        "recommended_k": report.recommended_k,
+        "k": rescaling.k,
+        "mode": rescaling.mode,
+        "steps": steps,
+        "model": str(final_path(run.model)),
+        "plots": str(plots),
+        "plot_files": [str(plots / path.name) for path in sorted((run.output / "plots").glob("*.png"))],
+        "before": before.to_dict(),
+        "after": after.to_dict(),
+    }
     with atomic_file(output / "summary.json") as stream:
         stream.write(json.dumps(summary, indent=2, default=str) + "\n")
     with atomic_file(output / "summary.md") as stream:
-        stream.write(f"# spladekit quickstart: {backbone}, trained on {final_path(triplets)}, evaluated on "
-                     f"{collection.name} ({split})\n\n{table}\n\n"
-                     f"Training curves: `{summary['plots']}`. Model: `{summary['model']}` (see its README.md).\n")
+        stream.write(
+            f"# spladekit quickstart: {backbone}, trained on {final_path(triplets)}, evaluated on "
+            f"{collection.name} ({split})\n\n{table}\n\n"
+            f"Training curves: `{summary['plots']}`. Model: `{summary['model']}` (see its README.md).\n"
+        )
     return summary | {"table": table}
 
 
 def _metrics_line(result: EvaluationResult) -> str:
     metrics = ", ".join(f"{name} {result.metrics[name]:.4f}" for name in result.measures)
-    return f"{metrics}; {result.efficiency['avg_d_nnz']:.0f} terms per document, {result.efficiency['avg_q_nnz']:.0f} per query"
+    efficiency = result.efficiency
+    return f"{metrics}; {efficiency['avg_d_nnz']:.0f} terms per document, {efficiency['avg_q_nnz']:.0f} per query"

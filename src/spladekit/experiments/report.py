@@ -34,8 +34,12 @@ from spladekit.train.monitors import read_metrics
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-SUITE_COLUMNS = (("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"), ("dl19", "nDCG@10", "DL19 nDCG@10"),
-                 ("beir13", "nDCG@10", "BEIR-13 nDCG@10"), ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"))
+SUITE_COLUMNS = (
+    ("msmarco-dev", "RR@10", "MS MARCO dev MRR@10"),
+    ("dl19", "nDCG@10", "DL19 nDCG@10"),
+    ("beir13", "nDCG@10", "BEIR-13 nDCG@10"),
+    ("nanobeir", "nDCG@10", "NanoBEIR nDCG@10"),
+)
 SUITE_NAMES = tuple(suite for suite, _, _ in SUITE_COLUMNS)
 PRIMARY = ("NanoBEIR nDCG@10", "BEIR-13 nDCG@10", "mean nDCG@10")
 LOSS_NUMBERS = ("step", "loss")  # what the report reads from each metrics.jsonl record
@@ -48,7 +52,9 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 def run_folders(directory: Path) -> list[Path]:
     """The trained runs' folders, then the baselines' (every one holding a ``run.json``)."""
-    return [path.parent for folder in ("runs", BASELINES_DIR) for path in sorted((directory / folder).glob(f"*/{RUN_FILE}"))]
+    return [
+        path.parent for folder in ("runs", BASELINES_DIR) for path in sorted((directory / folder).glob(f"*/{RUN_FILE}"))
+    ]
 
 
 def collect(directory: str | Path) -> list[dict]:
@@ -65,8 +71,22 @@ def collect(directory: str | Path) -> list[dict]:
         record = read_run_record(run_dir / RUN_FILE)
         evaluation = read_evaluation(run_dir)
         metrics = read_metrics(run_dir, numbers=LOSS_NUMBERS)
-        row = {key: record.get(key) for key in ("run", "baseline", "backbone", "backbone_id", "k", "mode", "seed",
-                                                 "inflate", "status", "initial_head_norm", "auto_k")}
+        row = {
+            key: record.get(key)
+            for key in (
+                "run",
+                "baseline",
+                "backbone",
+                "backbone_id",
+                "k",
+                "mode",
+                "seed",
+                "inflate",
+                "status",
+                "initial_head_norm",
+                "auto_k",
+            )
+        }
         row["configuration"] = configuration_name(row)
         row["set"] = " ".join(record["set"]) if record.get("set") else None  # the backbone's recipe overrides
         for suite, measure, column in SUITE_COLUMNS:
@@ -126,15 +146,18 @@ def parse_contrast(text: str) -> tuple[str, str]:
     """``"A:B"`` (two configuration or baseline names) → ``(A, B)``."""
     a, sep, b = text.partition(":")
     if not sep or not a or not b or ":" in b:
-        raise InputError(f"--contrast {text!r}: expected A:B, two configuration names (a run's name without "
-                         "its __s<seed>, or a baseline's name)")
+        raise InputError(
+            f"--contrast {text!r}: expected A:B, two configuration names (a run's name without "
+            "its __s<seed>, or a baseline's name)"
+        )
     if a == b:
         raise InputError(f"--contrast {text!r}: a configuration against itself tests nothing")
     return a, b
 
 
-def paired_tests(directory: Path, rows: list[dict], summary: dict,
-                 contrasts: Iterable[tuple[str, str]] = ()) -> list[PairedTest]:
+def paired_tests(
+    directory: Path, rows: list[dict], summary: dict, contrasts: Iterable[tuple[str, str]] = ()
+) -> list[PairedTest]:
     """The report's claims, tested over queries: per backbone its best configuration against k = 1, the untouched
     backbone and BM25; tied against untie at each k that ran both (configurations: seeds averaged per query);
     then every ``contrasts`` pair asked for (e.g. an experiment's pre-registered predictions), in order."""
@@ -167,7 +190,7 @@ def paired_tests(directory: Path, rows: list[dict], summary: dict,
 
 def _loss_roughness(metrics: list[dict]) -> float | None:
     """Standard deviation of the logged loss over the second half of training (smoothness)."""
-    losses = [m["loss"] for m in metrics[len(metrics) // 2:]]
+    losses = [m["loss"] for m in metrics[len(metrics) // 2 :]]
     if len(losses) < 2:
         return None
     mean = sum(losses) / len(losses)
@@ -179,8 +202,11 @@ def _columns(rows: list[dict]) -> list[str]:
     seeded = any(row["configuration"] != row["run"] for row in rows)  # else the column repeats `run`
     for row in rows:
         for key, value in row.items():
-            if key not in columns and (value is not None or key in ("run", "backbone", "k", "mode")) \
-                    and (key != "configuration" or seeded):
+            if (
+                key not in columns
+                and (value is not None or key in ("run", "backbone", "k", "mode"))
+                and (key != "configuration" or seeded)
+            ):
                 columns.append(key)
     return columns
 
@@ -201,12 +227,19 @@ def best_k(rows: list[dict]) -> dict[str, dict]:
         ranked = sorted(runs, key=lambda row: -row[metric])
         ks = list(dict.fromkeys(row["k"] for row in ranked))
         auto = ranked[0].get("auto_k")
-        summary[backbone] = {"best_run": ranked[0]["run"], "best_k": ranked[0]["k"], "best_mode": ranked[0]["mode"],
-                             metric: ranked[0][metric], "k_ranking": ks, "auto_k": auto,
-                             # None when auto-k's value was not part of the runs (nothing to compare)
-                             "auto_k_in_best_two": (float(auto) in [float(k) for k in ks[:2] if k != "auto"])
-                             if auto is not None and float(auto) in [float(k) for k in ks if k != "auto"] else None,
-                             "initial_head_norm": ranked[0].get("initial_head_norm")}
+        summary[backbone] = {
+            "best_run": ranked[0]["run"],
+            "best_k": ranked[0]["k"],
+            "best_mode": ranked[0]["mode"],
+            metric: ranked[0][metric],
+            "k_ranking": ks,
+            "auto_k": auto,
+            # None when auto-k's value was not part of the runs (nothing to compare)
+            "auto_k_in_best_two": (float(auto) in [float(k) for k in ks[:2] if k != "auto"])
+            if auto is not None and float(auto) in [float(k) for k in ks if k != "auto"]
+            else None,
+            "initial_head_norm": ranked[0].get("initial_head_norm"),
+        }
     return summary
 
 
@@ -233,30 +266,49 @@ def markdown(rows: list[dict], summary: dict, command: str | None, tests: list[P
     if summary:
         out.write(f"\n## Best k per backbone (by {metric})\n\n")
         # best_k() summarizes runs only when there is a primary metric
-        out.write("| backbone | initial head norm | best k | mode | " + cast(str, metric) + " | k ranking | auto-k | auto-k in best two |\n")
+        out.write(
+            "| backbone | initial head norm | best k | mode | "
+            + cast(str, metric)
+            + " | k ranking | auto-k | auto-k in best two |\n"
+        )
         out.write("|---|---|---|---|---|---|---|---|\n")
         for backbone, item in summary.items():
-            out.write(f"| {backbone} | {_format(item['initial_head_norm'])} | {_format(item['best_k'], 'k')} | {item['best_mode']} | "
-                      f"{_format(item[metric])} | {', '.join(_format(k, 'k') for k in item['k_ranking'])} | {_format(item['auto_k'], 'k')} | "
-                      f"{item['auto_k_in_best_two']} |\n")
+            out.write(
+                f"| {backbone} | {_format(item['initial_head_norm'])} | {_format(item['best_k'], 'k')} | "
+                f"{item['best_mode']} | "
+                f"{_format(item[metric])} | {', '.join(_format(k, 'k') for k in item['k_ranking'])} | "
+                f"{_format(item['auto_k'], 'k')} | "
+                f"{item['auto_k_in_best_two']} |\n"
+            )
     configs = configurations(rows)
     if metric and len(configs) < len(rows):
-        out.write(f"\n## Configurations (mean ± std of {metric} over seeds)\n\n| configuration | seeds | {metric} |\n|---|---|---|\n")
+        out.write(
+            f"\n## Configurations (mean ± std of {metric} over seeds)\n\n"
+            f"| configuration | seeds | {metric} |\n|---|---|---|\n"
+        )
         for row in configs:
             spread = row.get(f"{metric} std")
-            out.write(f"| {row['run']} | {row['seeds']} | {_format(row.get(metric))}"
-                      f"{'' if spread is None else f' ± {spread:.4f}'} |\n")
+            out.write(
+                f"| {row['run']} | {row['seeds']} | {_format(row.get(metric))}"
+                f"{'' if spread is None else f' ± {spread:.4f}'} |\n"
+            )
     if tests:
-        out.write("\n## Paired tests over queries (pooled over the evaluated collections)\n\n"
-                  "Per query nDCG@10 (RR@10 where that is the collection's measure), seeds averaged per query; "
-                  "randomization (sign-flip) test, two-sided, 9,999 resamples; 95 % bootstrap CI of the mean "
-                  "difference A − B.\n\n| A | B | queries | mean A | mean B | A − B | 95 % CI | p |\n"
-                  "|---|---|---|---|---|---|---|---|\n")
+        out.write(
+            "\n## Paired tests over queries (pooled over the evaluated collections)\n\n"
+            "Per query nDCG@10 (RR@10 where that is the collection's measure), seeds averaged per query; "
+            "randomization (sign-flip) test, two-sided, 9,999 resamples; 95 % bootstrap CI of the mean "
+            "difference A − B.\n\n| A | B | queries | mean A | mean B | A − B | 95 % CI | p |\n"
+            "|---|---|---|---|---|---|---|---|\n"
+        )
         for test in tests:
-            out.write(f"| {test.a} | {test.b} | {test.units} | {test.mean_a:.4f} | {test.mean_b:.4f} | "
-                      f"{test.mean_difference:+.4f} | [{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {test.p_value:.4f} |\n")
-    out.write("\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
-              "![head norm vs best k](plots/head_norm_vs_best_k.png)\n")
+            out.write(
+                f"| {test.a} | {test.b} | {test.units} | {test.mean_a:.4f} | {test.mean_b:.4f} | "
+                f"{test.mean_difference:+.4f} | [{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {test.p_value:.4f} |\n"
+            )
+    out.write(
+        "\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
+        "![head norm vs best k](plots/head_norm_vs_best_k.png)\n"
+    )
     return out.getvalue()
 
 
@@ -289,7 +341,11 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
                 continue
             metrics = read_metrics(directory / "runs" / row["run"], numbers=LOSS_NUMBERS)
             if metrics:
-                axis.plot([m["step"] for m in metrics], [m["loss"] for m in metrics], label=f"k={_format(row['k'], 'k')} {row['mode']}")
+                axis.plot(
+                    [m["step"] for m in metrics],
+                    [m["loss"] for m in metrics],
+                    label=f"k={_format(row['k'], 'k')} {row['mode']}",
+                )
         axis.set_title(backbone)
         axis.set_xlabel("step")
         axis.set_ylabel("training loss")
@@ -300,11 +356,16 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     metric = primary_metric(rows)
     figure, axis = plt.subplots(figsize=(6, 4.2))
     for backbone in backbones:
-        points = [row for row in rows if row["backbone"] == backbone and row.get(metric) is not None and row.get("FLOPS")]
+        points = [
+            row for row in rows if row["backbone"] == backbone and row.get(metric) is not None and row.get("FLOPS")
+        ]
         axis.scatter([row["FLOPS"] for row in points], [row[metric] for row in points], label=backbone)
         for row in points:
-            axis.annotate(f"k={_format(row['k'], 'k')}{'' if row['mode'] in ('none', 'tied') else ' u'}", (row["FLOPS"], row[metric]),
-                          fontsize=7)
+            axis.annotate(
+                f"k={_format(row['k'], 'k')}{'' if row['mode'] in ('none', 'tied') else ' u'}",
+                (row["FLOPS"], row[metric]),
+                fontsize=7,
+            )
     # Recipe variants of one backbone (`set`, e.g. a λ sweep): join each k/mode's points into a trade-off curve.
     curves: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -313,8 +374,13 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     for (_, _, k, mode), points in curves.items():
         if len(points) > 1:
             points.sort(key=lambda row: row["FLOPS"])
-            axis.plot([row["FLOPS"] for row in points], [row[metric] for row in points], linestyle=":", linewidth=1,
-                      label=f"k={_format(k, 'k')} {mode} across recipes")
+            axis.plot(
+                [row["FLOPS"] for row in points],
+                [row[metric] for row in points],
+                linestyle=":",
+                linewidth=1,
+                label=f"k={_format(k, 'k')} {mode} across recipes",
+            )
     axis.set_xscale("log")
     axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
     axis.set_ylabel(metric or "effectiveness")
@@ -347,8 +413,10 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
     known = {row["configuration"] for row in rows if row.get("status") == "done"}
     missing = sorted({name for pair in pairs for name in pair} - known)
     if missing:
-        raise InputError(f"--contrast names {', '.join(missing)}: no finished run of that configuration in "
-                         f"{directory} (finished: {', '.join(sorted(known)) or 'none'})")
+        raise InputError(
+            f"--contrast names {', '.join(missing)}: no finished run of that configuration in "
+            f"{directory} (finished: {', '.join(sorted(known)) or 'none'})"
+        )
     summary = best_k(rows)
     tests = paired_tests(directory, rows, summary, pairs)
     columns = _columns(rows)
@@ -359,5 +427,11 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
     with atomic_file(directory / "results.md") as stream:
         stream.write(markdown(rows, summary, command, tests))
     plots = plot(directory, rows, summary)
-    return {"rows": len(rows), "csv": str(directory / "results.csv"), "markdown": str(directory / "results.md"),
-            "plots": [str(p) for p in plots], "best": summary, "paired_tests": [test.to_dict() for test in tests]}
+    return {
+        "rows": len(rows),
+        "csv": str(directory / "results.csv"),
+        "markdown": str(directory / "results.md"),
+        "plots": [str(p) for p in plots],
+        "best": summary,
+        "paired_tests": [test.to_dict() for test in tests],
+    }

@@ -53,8 +53,14 @@ def seed_mean(per_seed: Iterable[Mapping[Unit, float]]) -> dict[Unit, float]:
     return {unit: float(np.mean(values)) for unit, values in sums.items()}
 
 
-def paired_test(a: Mapping[Unit, float], b: Mapping[Unit, float], name_a: str = "A", name_b: str = "B",
-                resamples: int = RESAMPLES, seed: int = SEED) -> PairedTest | None:
+def paired_test(
+    a: Mapping[Unit, float],
+    b: Mapping[Unit, float],
+    name_a: str = "A",
+    name_b: str = "B",
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> PairedTest | None:
     """Randomization test and bootstrap CI of mean(A − B) over the units both evaluated; None under two
     shared units (nothing to test)."""
     shared = sorted(set(a) & set(b))
@@ -67,10 +73,25 @@ def paired_test(a: Mapping[Unit, float], b: Mapping[Unit, float], name_a: str = 
         p_value, low, high = 1.0, 0.0, 0.0
     else:
         permutation = scipy.stats.permutation_test(
-            (x, y), lambda u, v, axis: np.mean(u - v, axis=axis), permutation_type="samples", vectorized=True,
-            n_resamples=resamples, rng=np.random.default_rng(seed))
-        interval = scipy.stats.bootstrap((difference,), np.mean, n_resamples=resamples, method="percentile",
-                                         rng=np.random.default_rng(seed)).confidence_interval
+            (x, y),
+            lambda u, v, axis: np.mean(u - v, axis=axis),
+            permutation_type="samples",
+            vectorized=True,
+            n_resamples=resamples,
+            rng=np.random.default_rng(seed),
+        )
+        interval = scipy.stats.bootstrap(
+            (difference,), np.mean, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed)
+        ).confidence_interval
         p_value, low, high = float(permutation.pvalue), float(interval.low), float(interval.high)
-    return PairedTest(a=name_a, b=name_b, units=len(shared), mean_a=float(x.mean()), mean_b=float(y.mean()),
-                      mean_difference=float(difference.mean()), ci_low=low, ci_high=high, p_value=p_value)
+    return PairedTest(
+        a=name_a,
+        b=name_b,
+        units=len(shared),
+        mean_a=float(x.mean()),
+        mean_b=float(y.mean()),
+        mean_difference=float(difference.mean()),
+        ci_low=low,
+        ci_high=high,
+        p_value=p_value,
+    )

@@ -70,7 +70,9 @@ class BackboneSpec:
     name: str = allowed("", pattern=SAFE_NAME, pattern_words=SAFE_NAME_WORDS)
     id: str = ""  # hub id or local folder
     trust_remote_code: bool = False
-    inflate: Union[float, None] = allowed(None, minimum=0, exclusive=True)  # simulate a high-norm head: W_head × inflate before training
+    inflate: Union[float, None] = allowed(
+        None, minimum=0, exclusive=True
+    )  # simulate a high-norm head: W_head × inflate before training
     # tied: the shared matrix (inputs too); untie: a head copy; transform: the MLM transform output (tie kept);
     # positions: the position embeddings (spladekit.experiments.inflate.inflate)
     inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
@@ -157,7 +159,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
     sweep.recipe = recipe
     for key in ("backbone", "rescale"):
         if key in sweep.recipe:
-            raise InputError(f"recipe.{key} is set per run by the sweep; move it to 'backbones' / 'k' / 'modes'", source)
+            raise InputError(
+                f"recipe.{key} is set per run by the sweep; move it to 'backbones' / 'k' / 'modes'", source
+            )
     if not sweep.backbones:
         raise InputError("'backbones' must list at least one backbone", source)
     specs = []
@@ -169,7 +173,9 @@ def load_sweep(path: str | Path) -> SweepConfig:
         spec.modes = _check_modes(spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
         for assignment in spec.set or []:
             if str(assignment).startswith(("backbone.", "rescale.")):
-                raise InputError(f"backbones[{index}].set: {assignment!r}: backbone and rescale are set by the sweep", source)
+                raise InputError(
+                    f"backbones[{index}].set: {assignment!r}: backbone and rescale are set by the sweep", source
+                )
         specs.append(spec)
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
@@ -203,7 +209,11 @@ def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_pat
     values = copy.deepcopy(sweep.recipe)
     for assignment in spec.set or []:
         apply_override(values, assignment, f"{source}: backbone {spec.name!r} set")
-    values["backbone"] = {**values.get("backbone", {}), "id": backbone_path, "trust_remote_code": spec.trust_remote_code}
+    values["backbone"] = {
+        **values.get("backbone", {}),
+        "id": backbone_path,
+        "trust_remote_code": spec.trust_remote_code,
+    }
     rescale: dict[str, object] = {"k": None if cell.k == 1.0 else cell.k}
     if cell.mode != "none":
         rescale |= {"mode": cell.mode, "rescale_bias": spec.rescale_bias}
@@ -243,8 +253,9 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
     if local:
         check_model_folder(Path(spec.id).expanduser())
     try:
-        config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
-                                            local_files_only=not (local or online))
+        config = AutoConfig.from_pretrained(
+            spec.id, trust_remote_code=spec.trust_remote_code, local_files_only=not (local or online)
+        )
     except (OSError, ValueError) as error:
         if local:
             raise SpladekitError(f"{spec.id}: {str(error).splitlines()[0]}") from None
@@ -253,8 +264,9 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
     try:
         with torch.device("meta"):
             model = AutoModelForMaskedLM.from_config(config, trust_remote_code=spec.trust_remote_code)
-        not_matmul = {id(p) for module in model.modules() if isinstance(module, torch.nn.Embedding)
-                      for p in module.parameters()} | {id(vocab_projection(model).weight)}
+        not_matmul = {
+            id(p) for module in model.modules() if isinstance(module, torch.nn.Embedding) for p in module.parameters()
+        } | {id(vocab_projection(model).weight)}
         return "ok", sum(p.numel() for p in model.parameters() if id(p) not in not_matmul)
     except Exception as error:
         return f"ok (size unknown: {type(error).__name__})", None
@@ -304,7 +316,9 @@ def estimate_step_flops(parameters: int, vocab: int, hidden: int, recipe: dict) 
     2·tokens·H·V (head forward; the fused head's backward is sparse, see pooling.py)."""
     data, opt = recipe.get("data", {}), recipe.get("optimization", {})
     batch = opt.get("batch_size", 8)
-    tokens = batch * (data.get("query_max_length", 32) + (1 + data.get("negatives", 1)) * data.get("doc_max_length", 128))
+    tokens = batch * (
+        data.get("query_max_length", 32) + (1 + data.get("negatives", 1)) * data.get("doc_max_length", 128)
+    )
     return 6 * parameters * tokens + 2 * tokens * hidden * vocab
 
 
@@ -324,23 +338,40 @@ def dry_run(sweep: SweepConfig, output: str | Path | None = None) -> dict:
         if parameters:
             from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code,
-                                                local_files_only=not online)
+            config = AutoConfig.from_pretrained(
+                spec.id, trust_remote_code=spec.trust_remote_code, local_files_only=not online
+            )
             text = config.get_text_config()
-            hidden = int(getattr(text, "embedding_size", None) or getattr(text, "hidden_size", None)
-                         or getattr(text, "dim", None) or 768)
+            hidden = int(
+                getattr(text, "embedding_size", None)
+                or getattr(text, "hidden_size", None)
+                or getattr(text, "dim", None)
+                or 768
+            )
             recipe = _run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id)
             flops = estimate_step_flops(parameters, text.vocab_size, hidden, recipe)
             estimates[spec.name] = recipe.get("optimization", {}).get("steps", 1000) * flops / throughput
     cells = plan(sweep)
-    rows: list[dict[str, Any]] = [{"run": cell.name, "backbone": cell.backbone, "k": cell.k, "mode": cell.mode,
-             "backbone_check": checks.get(cell.backbone, "failed"),
-             "estimated_train_seconds": None if cell.backbone not in estimates else round(estimates[cell.backbone])}
-            for cell in cells]
+    rows: list[dict[str, Any]] = [
+        {
+            "run": cell.name,
+            "backbone": cell.backbone,
+            "k": cell.k,
+            "mode": cell.mode,
+            "backbone_check": checks.get(cell.backbone, "failed"),
+            "estimated_train_seconds": None if cell.backbone not in estimates else round(estimates[cell.backbone]),
+        }
+        for cell in cells
+    ]
     known = [row["estimated_train_seconds"] for row in rows if row["estimated_train_seconds"] is not None]
-    return {"name": sweep.name, "runs": rows, "problems": problems,
-            "estimated_total_train_hours_on_this_machine": round(sum(known) / 3600, 2) if known else None,
-            "estimate_covers_runs": f"{len(known)}/{len(rows)}", "output": None if output is None else str(output)}
+    return {
+        "name": sweep.name,
+        "runs": rows,
+        "problems": problems,
+        "estimated_total_train_hours_on_this_machine": round(sum(known) / 3600, 2) if known else None,
+        "estimate_covers_runs": f"{len(known)}/{len(rows)}",
+        "output": None if output is None else str(output),
+    }
 
 
 # ------------------------------------------------------------------------------------------- running
@@ -362,8 +393,11 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
         path = str(folder)
     if not report_path.is_file():
         encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
-        report = diagnose(encoder).to_dict() | {"inflate": spec.inflate, "inflate_mode": spec.inflate_mode,
-                                                 "source": spec.id}
+        report = diagnose(encoder).to_dict() | {
+            "inflate": spec.inflate,
+            "inflate_mode": spec.inflate_mode,
+            "source": spec.id,
+        }
         _write_json(report_path, report)
     return path, read_head_report(report_path)
 
@@ -379,18 +413,35 @@ def evaluate_model(model: str | Path, sweep: SweepConfig, trust_remote_code: boo
     evaluation = sweep.evaluation
     results = {}
     for data in evaluation.data:
-        result = evaluate_data(encoder, data, split=evaluation.split, data_root=evaluation.data_root,
-                               max_length=evaluation.max_length, batch_size=evaluation.batch_size, show_progress=False)
+        result = evaluate_data(
+            encoder,
+            data,
+            split=evaluation.split,
+            data_root=evaluation.data_root,
+            max_length=evaluation.max_length,
+            batch_size=evaluation.batch_size,
+            show_progress=False,
+        )
         results[result.name] = result
     return results
 
 
 # run.json: the keys a report and a resumed sweep read, with their JSON types (the first five are required).
 RUN_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "run": str, "backbone": str, "k": (float, str), "mode": str, "status": str, "backbone_id": (str, type(None)),
-    "inflate": (float, type(None)), "inflate_mode": (str, type(None)), "set": (list, type(None)),
-    "initial_head_norm": (float, type(None)), "auto_k": (float, type(None)),
-    "initial_median_pair_score": (float, type(None)), "seconds": (float, type(None)), "seed": (int, type(None)),
+    "run": str,
+    "backbone": str,
+    "k": (float, str),
+    "mode": str,
+    "status": str,
+    "backbone_id": (str, type(None)),
+    "inflate": (float, type(None)),
+    "inflate_mode": (str, type(None)),
+    "set": (list, type(None)),
+    "initial_head_norm": (float, type(None)),
+    "auto_k": (float, type(None)),
+    "initial_median_pair_score": (float, type(None)),
+    "seconds": (float, type(None)),
+    "seed": (int, type(None)),
     "baseline": (str, type(None)),
 }
 # backbones/<name>.diagnose.json: the numbers a run record copies from it.
@@ -446,10 +497,21 @@ def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
         return previous
     path, initial = prepare_backbone(spec, output)
     config = config_from_dict(_run_values(sweep, spec, cell, path), f"{cell.name} (sweep recipe)")
-    record = {"run": cell.name, "backbone": cell.backbone, "backbone_id": spec.id, "inflate": spec.inflate,
-              "inflate_mode": spec.inflate_mode, "set": spec.set, "k": cell.k, "mode": cell.mode, "status": "training",
-              "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"],
-              "initial_median_pair_score": initial["median_pair_score"], "seed": config.seed}
+    record = {
+        "run": cell.name,
+        "backbone": cell.backbone,
+        "backbone_id": spec.id,
+        "inflate": spec.inflate,
+        "inflate_mode": spec.inflate_mode,
+        "set": spec.set,
+        "k": cell.k,
+        "mode": cell.mode,
+        "status": "training",
+        "initial_head_norm": initial["frobenius_norm"],
+        "auto_k": initial["recommended_k"],
+        "initial_median_pair_score": initial["median_pair_score"],
+        "seed": config.seed,
+    }
     began = time.perf_counter()
     if not (run_dir / "model" / "config.json").is_file():
         resume = bool(checkpoints(run_dir)) if run_dir.is_dir() else False
@@ -511,9 +573,18 @@ def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, outpu
         with remote_code_hint(f"set trust_remote_code: true on backbone {spec.name!r} in the sweep file"):
             path, initial = prepare_backbone(spec, output)
             results = evaluate_model(path, sweep, spec.trust_remote_code)
-        record = {"run": name, "backbone": spec.name, "backbone_id": spec.id, "baseline": "untouched",
-                  "inflate": spec.inflate, "inflate_mode": spec.inflate_mode, "k": 1.0, "mode": "none",
-                  "initial_head_norm": initial["frobenius_norm"], "auto_k": initial["recommended_k"]}
+        record = {
+            "run": name,
+            "backbone": spec.name,
+            "backbone_id": spec.id,
+            "baseline": "untouched",
+            "inflate": spec.inflate,
+            "inflate_mode": spec.inflate_mode,
+            "k": 1.0,
+            "mode": "none",
+            "initial_head_norm": initial["frobenius_norm"],
+            "auto_k": initial["recommended_k"],
+        }
     folder.mkdir(parents=True, exist_ok=True)
     _write_json(folder / EVALUATION_FILE, {key: result.to_dict() for key, result in results.items()})
     record["status"] = "done"

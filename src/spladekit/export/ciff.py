@@ -79,8 +79,10 @@ def ciff_messages() -> Any:
     try:
         from ciff_toolkit import ciff_pb2
     except ImportError:
-        raise SpladekitError(f"--format ciff needs ciff-toolkit: {INSTALL} (without its dependencies: it pins "
-                             "protobuf<5, which pymilvus cannot use; it works with newer protobuf)") from None
+        raise SpladekitError(
+            f"--format ciff needs ciff-toolkit: {INSTALL} (without its dependencies: it pins "
+            "protobuf<5, which pymilvus cannot use; it works with newer protobuf)"
+        ) from None
     return ciff_pb2
 
 
@@ -109,14 +111,18 @@ def impacts(block: Vectors, tokens: list[str], scale: float) -> sp.csr_matrix:
     bad = np.flatnonzero(~np.isfinite(matrix.data) | (matrix.data < 0))
     if bad.size:
         row = int(np.searchsorted(matrix.indptr, bad[0], side="right")) - 1
-        raise SpladekitError(f"document {block.ids[row]!r} has weight {matrix.data[bad[0]]} for token "
-                             f"{tokens[matrix.indices[bad[0]]]!r}: CIFF impacts come from finite, non-negative "
-                             f"weights ({bad.size} such weights in this block)")
+        raise SpladekitError(
+            f"document {block.ids[row]!r} has weight {matrix.data[bad[0]]} for token "
+            f"{tokens[matrix.indices[bad[0]]]!r}: CIFF impacts come from finite, non-negative "
+            f"weights ({bad.size} such weights in this block)"
+        )
     with np.errstate(over="ignore", invalid="ignore"):  # an overflowing product is reported just below
         levels = np.rint(matrix.data.astype(np.float64) * scale)
     if levels.size and not levels.max() <= INT32_MAX:
-        raise SpladekitError(f"quantization scale {scale} gives an impact of {levels.max():.3g}, beyond CIFF's "
-                             "32-bit tf: use a smaller --quantization-scale")
+        raise SpladekitError(
+            f"quantization scale {scale} gives an impact of {levels.max():.3g}, beyond CIFF's "
+            "32-bit tf: use a smaller --quantization-scale"
+        )
     quantized = quantize(matrix, scale, dtype=np.int64)
     return quantized
 
@@ -208,8 +214,9 @@ def pieces(blocks: Iterable[Vectors], limit: int) -> Iterator[Vectors]:
             start = end
 
 
-def _document_records(blocks: Iterable[Vectors], tokens: list[str], scale: float, counts: _Counts,
-                      messages: Any, bar: tqdm) -> Iterator[Any]:
+def _document_records(
+    blocks: Iterable[Vectors], tokens: list[str], scale: float, counts: _Counts, messages: Any, bar: tqdm
+) -> Iterator[Any]:
     """Pass 1: the DocRecord of every document, counting df / cf per term on the way."""
     for block in blocks:
         quantized = impacts(block, tokens, scale)
@@ -218,8 +225,10 @@ def _document_records(blocks: Iterable[Vectors], tokens: list[str], scale: float
         counts.cf += np.bincount(quantized.indices, weights=quantized.data, minlength=len(tokens)).astype(np.int64)
         lengths = np.asarray(quantized.sum(axis=1)).ravel()
         if lengths.size and int(lengths.max()) > INT32_MAX:
-            raise SpladekitError(f"quantization scale {scale} gives a document length beyond CIFF's 32-bit "
-                                 "doclength: use a smaller --quantization-scale")
+            raise SpladekitError(
+                f"quantization scale {scale} gives a document length beyond CIFF's 32-bit "
+                "doclength: use a smaller --quantization-scale"
+            )
         if counts.documents + len(block) > INT32_MAX:
             raise SpladekitError("more documents than CIFF's 32-bit docids can number")
         for row, (doc_id, length) in enumerate(zip(block.ids, lengths.tolist())):
@@ -228,8 +237,15 @@ def _document_records(blocks: Iterable[Vectors], tokens: list[str], scale: float
         bar.update(len(block))
 
 
-def _scatter(blocks: Iterable[Vectors], tokens: list[str], scale: float, rank: np.ndarray,
-             bucket_of_rank: np.ndarray, paths: list[Path], bar: tqdm) -> None:
+def _scatter(
+    blocks: Iterable[Vectors],
+    tokens: list[str],
+    scale: float,
+    rank: np.ndarray,
+    bucket_of_rank: np.ndarray,
+    paths: list[Path],
+    bar: tqdm,
+) -> None:
     """Pass 2: append every posting (term rank, docid, tf) to its bucket's scratch file, in row order."""
     first = 0
     for block in blocks:
@@ -244,13 +260,20 @@ def _scatter(blocks: Iterable[Vectors], tokens: list[str], scale: float, rank: n
         bounds = np.searchsorted(bucket, np.arange(len(paths) + 1))
         for index in np.flatnonzero(np.diff(bounds)).tolist():
             with open(paths[index], "ab") as stream:
-                records[bounds[index]:bounds[index + 1]].tofile(stream)
+                records[bounds[index] : bounds[index + 1]].tofile(stream)
         first += len(block)
         bar.update(len(block))
 
 
-def _postings_lists(paths: list[Path], buckets: list[tuple[int, int]], order: np.ndarray, tokens: list[str],
-                    counts: _Counts, messages: Any, bar: tqdm) -> Iterator[_Serialized]:
+def _postings_lists(
+    paths: list[Path],
+    buckets: list[tuple[int, int]],
+    order: np.ndarray,
+    tokens: list[str],
+    counts: _Counts,
+    messages: Any,
+    bar: tqdm,
+) -> Iterator[_Serialized]:
     """The serialized PostingsList of every term with postings, in term order, one bucket in memory at a time."""
     for path, (start, end) in zip(paths, buckets):
         records = np.fromfile(path, dtype=POSTING) if path.exists() else np.empty(0, dtype=POSTING)
@@ -270,18 +293,27 @@ def _postings_lists(paths: list[Path], buckets: list[tuple[int, int]], order: np
             term = int(order[rank])
             low, high = int(bounds[rank - start]), int(bounds[rank - start + 1])
             if high - low != counts.df[term]:
-                raise SpladekitError(f"token {tokens[term]!r}: {counts.df[term]} postings in the first pass, "
-                                     f"{high - low} in the second: the vectors folder changed during the export")
+                raise SpladekitError(
+                    f"token {tokens[term]!r}: {counts.df[term]} postings in the first pass, "
+                    f"{high - low} in the second: the vectors folder changed during the export"
+                )
             if low == high:
                 continue
             head = messages.PostingsList(term=tokens[term], df=high - low, cf=int(counts.cf[term]))
-            yield _Serialized(head.SerializeToString() + data[offsets[low]:offsets[high]])
+            yield _Serialized(head.SerializeToString() + data[offsets[low] : offsets[high]])
             bar.update(1)
 
 
-def write_ciff(blocks: Callable[[], Iterable[Vectors]], tokens: list[str], output: str | Path,
-               scale: float = DEFAULT_SCALE, description: str = "", overwrite: bool = False,
-               bucket_postings: int = DEFAULT_BUCKET_POSTINGS, show_progress: bool = True) -> dict:
+def write_ciff(
+    blocks: Callable[[], Iterable[Vectors]],
+    tokens: list[str],
+    output: str | Path,
+    scale: float = DEFAULT_SCALE,
+    description: str = "",
+    overwrite: bool = False,
+    bucket_postings: int = DEFAULT_BUCKET_POSTINGS,
+    show_progress: bool = True,
+) -> dict:
     """Write the CIFF file ``output`` (atomically; gzip-compressed when it ends in ``.gz``, as ciff-toolkit
     reads it) from the vectors that ``blocks()`` yields (called twice; rows in the same order each time).
 
@@ -295,14 +327,18 @@ def write_ciff(blocks: Callable[[], Iterable[Vectors]], tokens: list[str], outpu
         raise SpladekitError(f"bucket_postings must be at least 1, got {bucket_postings}")
     order = term_order(tokens)
     counts = _Counts(np.zeros(len(tokens), dtype=np.int64), np.zeros(len(tokens), dtype=np.int64))
-    with open_output(output, folder=False, overwrite=overwrite) as staged, \
-            tempfile.TemporaryDirectory(dir=staged.staging.parent, prefix=".ciff-scratch-") as scratch:
+    with (
+        open_output(output, folder=False, overwrite=overwrite) as staged,
+        tempfile.TemporaryDirectory(dir=staged.staging.parent, prefix=".ciff-scratch-") as scratch,
+    ):
         gzipped = final_path(staged.staging).suffix == ".gz"
         opener: Callable[..., IO[bytes]] = gzip.open if gzipped else open  # type: ignore[assignment]
         with opener(staged.staging, "wb") as stream:
             writer = CiffWriter(stream)
             with tqdm(desc="ciff: documents", unit="doc", disable=not show_progress) as bar:
-                writer.write_documents(_document_records(pieces(blocks(), PIECE_WEIGHTS), tokens, scale, counts, messages, bar))
+                writer.write_documents(
+                    _document_records(pieces(blocks(), PIECE_WEIGHTS), tokens, scale, counts, messages, bar)
+                )
             if not counts.documents:
                 raise SpladekitError("no documents in the vectors: nothing to export")
             buckets = term_buckets(counts.df[order], bucket_postings)
@@ -314,24 +350,50 @@ def write_ciff(blocks: Callable[[], Iterable[Vectors]], tokens: list[str], outpu
                 _scatter(pieces(blocks(), PIECE_WEIGHTS), tokens, scale, rank, bucket_of_rank, paths, bar)
             terms = int(np.count_nonzero(counts.df))
             total = int(counts.cf.sum())
-            header_text = (f"spladekit SPLADE impacts: tf = round(weight x {scale:g}), weights that round to 0 "
-                           f"dropped; doclength = sum of the document's impacts"
-                           f"{f'; {description}' if description else ''}")
-            writer.write_header(messages.Header(
-                version=1, num_postings_lists=terms, num_docs=counts.documents, total_postings_lists=terms,
-                total_docs=counts.documents, total_terms_in_collection=total,
-                average_doclength=total / counts.documents, description=header_text))
+            header_text = (
+                f"spladekit SPLADE impacts: tf = round(weight x {scale:g}), weights that round to 0 "
+                f"dropped; doclength = sum of the document's impacts"
+                f"{f'; {description}' if description else ''}"
+            )
+            writer.write_header(
+                messages.Header(
+                    version=1,
+                    num_postings_lists=terms,
+                    num_docs=counts.documents,
+                    total_postings_lists=terms,
+                    total_docs=counts.documents,
+                    total_terms_in_collection=total,
+                    average_doclength=total / counts.documents,
+                    description=header_text,
+                )
+            )
             with tqdm(total=terms, desc="ciff: postings lists", unit="term", disable=not show_progress) as bar:
                 writer.write_postings_lists(_postings_lists(paths, buckets, order, tokens, counts, messages, bar))
             writer.close()  # appends the document records (kept in a temporary file) after the postings
-    return {"format": "ciff", "output": str(final_path(output)), "documents": counts.documents,
-            "postings_lists": terms, "postings": int(counts.df.sum()), "dropped_weights": counts.dropped,
-            "quantization_scale": scale, "total_terms_in_collection": total, "description": header_text}
+    return {
+        "format": "ciff",
+        "output": str(final_path(output)),
+        "documents": counts.documents,
+        "postings_lists": terms,
+        "postings": int(counts.df.sum()),
+        "dropped_weights": counts.dropped,
+        "quantization_scale": scale,
+        "total_terms_in_collection": total,
+        "description": header_text,
+    }
 
 
-def export_ciff(folder: str | Path, output: str | Path, model: str | None = None, tokens: list[str] | None = None,
-                scale: float = DEFAULT_SCALE, overwrite: bool = False, trust_remote_code: bool = False,
-                bucket_postings: int = DEFAULT_BUCKET_POSTINGS, show_progress: bool = True) -> dict:
+def export_ciff(
+    folder: str | Path,
+    output: str | Path,
+    model: str | None = None,
+    tokens: list[str] | None = None,
+    scale: float = DEFAULT_SCALE,
+    overwrite: bool = False,
+    trust_remote_code: bool = False,
+    bucket_postings: int = DEFAULT_BUCKET_POSTINGS,
+    show_progress: bool = True,
+) -> dict:
     """Export the vectors folder ``folder`` as the CIFF file ``output``.
 
     Terms are ``tokens`` when given, else the token strings of ``model``'s tokenizer (default: the model
@@ -355,7 +417,13 @@ def export_ciff(folder: str | Path, output: str | Path, model: str | None = None
         passes = [itertools.chain([first], stream)]
         del first
         source = f"terms: token strings of {model}; " if model else ""
-        payload = write_ciff(lambda: passes.pop() if passes else Vectors.blocks(folder), tokens, staged.staging,
-                             scale=scale, description=f"{source}vectors: {folder}",
-                             bucket_postings=bucket_postings, show_progress=show_progress)
+        payload = write_ciff(
+            lambda: passes.pop() if passes else Vectors.blocks(folder),
+            tokens,
+            staged.staging,
+            scale=scale,
+            description=f"{source}vectors: {folder}",
+            bucket_postings=bucket_postings,
+            show_progress=show_progress,
+        )
     return payload | {"vectors": str(folder), "model": model}

@@ -27,14 +27,27 @@ def export_qdrant(
     folder (``spladekit search`` reads it with the qdrant backend), opened before the upload."""
     with contextlib.ExitStack() as stack:
         opened = None if output is None else stack.enter_context(open_output(output, folder=True, overwrite=overwrite))
-        searcher = QdrantSearcher.build(vectors, doc_ids=ids, url=url, path=qdrant_path, collection=collection,
-                                        vector_name=vector_name, recreate=recreate)
+        searcher = QdrantSearcher.build(
+            vectors,
+            doc_ids=ids,
+            url=url,
+            path=qdrant_path,
+            collection=collection,
+            vector_name=vector_name,
+            recreate=recreate,
+        )
         try:
             if opened is not None:
                 searcher.save(opened.staging, meta={"exported_by": "spladekit export --format qdrant"})
             points = searcher.client.count(collection, exact=True).count
         finally:
             searcher.close()
-    return {"format": "qdrant", "collection": collection, "vector_name": vector_name, "points": points,
-            "url": url, "qdrant_path": None if qdrant_path is None else str(qdrant_path),
-            "output": None if output is None else str(final_path(output))}
+    return {
+        "format": "qdrant",
+        "collection": collection,
+        "vector_name": vector_name,
+        "points": points,
+        "url": url,
+        "qdrant_path": None if qdrant_path is None else str(qdrant_path),
+        "output": None if output is None else str(final_path(output)),
+    }

@@ -98,8 +98,14 @@ def _check_finite(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], wha
         )
 
 
-def _prepare(vectors: sp.csr_matrix, ids: list[str], tokens: list[str], what: str, max_active_dims: int | None,
-             scale: float | None) -> sp.csr_matrix:
+def _prepare(
+    vectors: sp.csr_matrix,
+    ids: list[str],
+    tokens: list[str],
+    what: str,
+    max_active_dims: int | None,
+    scale: float | None,
+) -> sp.csr_matrix:
     vectors = vectors.tocsr()
     _check_finite(vectors, ids, tokens, what)
     if max_active_dims is not None:
@@ -139,16 +145,26 @@ def export_search_engine(
     if query_vectors is not None:
         query_vectors = _prepare(query_vectors, query_ids, tokens, "query", max_active_dims, scale)
     example = row_features(query_vectors, 0, names) if query_ids else dict(zip(names[:2], (1.0, 0.5)))
-    settings = {"engine": engine, "field_type": field_type, "index": index, "field": field, "max_active_dims": max_active_dims,
-                "quantization_scale": scale, "documents": len(ids), "queries": len(query_ids),
-                "feature_escape": "'%' -> '%25', '.' -> '%2E' (spladekit.export.feature_names)"}
+    settings = {
+        "engine": engine,
+        "field_type": field_type,
+        "index": index,
+        "field": field,
+        "max_active_dims": max_active_dims,
+        "quantization_scale": scale,
+        "documents": len(ids),
+        "queries": len(query_ids),
+        "feature_escape": "'%' -> '%25', '.' -> '%2E' (spladekit.export.feature_names)",
+    }
     with atomic_directory(output, overwrite=overwrite) as staging:
         (staging / "mapping.json").write_text(json.dumps(mapping(field, field_type), indent=2) + "\n")
         with open(staging / "documents.ndjson", "w", encoding="utf-8") as stream:
             for row, doc_id in enumerate(ids):
                 stream.write(json.dumps({"index": {"_index": index, "_id": doc_id}}) + "\n")
-                stream.write(json.dumps({"doc_id": doc_id, field: row_features(documents, row, names)},
-                                        ensure_ascii=False) + "\n")
+                stream.write(
+                    json.dumps({"doc_id": doc_id, field: row_features(documents, row, names)}, ensure_ascii=False)
+                    + "\n"
+                )
         (staging / "query.json").write_text(
             json.dumps(query_dsl(example, field, field_type), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )

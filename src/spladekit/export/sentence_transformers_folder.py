@@ -32,14 +32,16 @@ def _sentence_transformers() -> ModuleType:
     try:
         from sentence_transformers import sparse_encoder
     except ImportError:
-        raise SpladekitError(
-            "sentence-transformers is not installed: pip install 'spladekit[interop]'"
-        ) from None
+        raise SpladekitError("sentence-transformers is not installed: pip install 'spladekit[interop]'") from None
     return sparse_encoder
 
 
-def export_sentence_transformers(encoder: SparseEncoder | InferenceFreeEncoder, output: str | Path,
-                                 overwrite: bool = False, trust_remote_code: bool = False) -> Path:
+def export_sentence_transformers(
+    encoder: SparseEncoder | InferenceFreeEncoder,
+    output: str | Path,
+    overwrite: bool = False,
+    trust_remote_code: bool = False,
+) -> Path:
     """Write ``encoder`` (a spladekit ``SparseEncoder``, or an ``InferenceFreeEncoder`` as a ``Router``) as a
     sentence-transformers SparseEncoder folder."""
     st = _sentence_transformers()
@@ -49,16 +51,25 @@ def export_sentence_transformers(encoder: SparseEncoder | InferenceFreeEncoder, 
     return output
 
 
-def _write(st: ModuleType, encoder: SparseEncoder | InferenceFreeEncoder, output: Path, overwrite: bool,
-           trust_remote_code: bool) -> None:
+def _write(
+    st: ModuleType,
+    encoder: SparseEncoder | InferenceFreeEncoder,
+    output: Path,
+    overwrite: bool,
+    trust_remote_code: bool,
+) -> None:
     from spladekit.model.inference_free import InferenceFreeEncoder
 
     with atomic_directory(output, overwrite=overwrite) as staging:
         encoder.save(staging / STAGED_MODEL)
         remote = {"trust_remote_code": True} if trust_remote_code else {}
         transformer = st.modules.Transformer(
-            str(staging / STAGED_MODEL), transformer_task="fill-mask", max_seq_length=encoder.max_length,
-            model_kwargs=remote, processor_kwargs=remote, config_kwargs=remote,
+            str(staging / STAGED_MODEL),
+            transformer_task="fill-mask",
+            max_seq_length=encoder.max_length,
+            model_kwargs=remote,
+            processor_kwargs=remote,
+            config_kwargs=remote,
         )
         pooling = st.modules.SpladePooling(
             pooling_strategy="max", activation_function="relu", embedding_dimension=encoder.vocab_size
@@ -69,10 +80,13 @@ def _write(st: ModuleType, encoder: SparseEncoder | InferenceFreeEncoder, output
             query_tokenizer = AutoTokenizer.from_pretrained(str(staging / STAGED_MODEL), **remote)
             query_tokenizer.model_max_length = encoder.query_max_length  # where SparseStaticEmbedding truncates
             static = st.modules.SparseStaticEmbedding(
-                tokenizer=query_tokenizer, weight=encoder.query_weights.detach().float().cpu().clone(),
-                frozen=not encoder.query_weights.requires_grad)
-            modules = [st.modules.Router.for_query_document(query_modules=[static],
-                                                            document_modules=[transformer, pooling])]
+                tokenizer=query_tokenizer,
+                weight=encoder.query_weights.detach().float().cpu().clone(),
+                frozen=not encoder.query_weights.requires_grad,
+            )
+            modules = [
+                st.modules.Router.for_query_document(query_modules=[static], document_modules=[transformer, pooling])
+            ]
         else:
             modules = [transformer, pooling]
         model = st.SparseEncoder(modules=modules, similarity_fn_name="dot", device="cpu")

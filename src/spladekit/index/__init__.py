@@ -18,8 +18,8 @@ from spladekit.index.seismic import SeismicSearcher
 from spladekit.index.store import MANIFEST, read_manifest
 
 BACKENDS: dict[str, type[Searcher]] = {
-    searcher.name: searcher for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, PisaSearcher, QdrantSearcher,
-                                           MilvusSearcher)
+    searcher.name: searcher
+    for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, PisaSearcher, QdrantSearcher, MilvusSearcher)
 }
 
 
@@ -45,5 +45,18 @@ def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any)
     return searcher.build(documents, **searcher.check_params(params))
 
 
-__all__ = ["BACKENDS", "BmpSearcher", "ExactSearcher", "MilvusSearcher", "Param", "PisaSearcher", "QdrantSearcher", "SearchResult", "Searcher",
-           "SeismicSearcher", "backend_class", "build_index", "load_index"]
+__all__ = [
+    "BACKENDS",
+    "BmpSearcher",
+    "ExactSearcher",
+    "MilvusSearcher",
+    "Param",
+    "PisaSearcher",
+    "QdrantSearcher",
+    "SearchResult",
+    "Searcher",
+    "SeismicSearcher",
+    "backend_class",
+    "build_index",
+    "load_index",
+]

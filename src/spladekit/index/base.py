@@ -70,21 +70,26 @@ class Searcher(abc.ABC):
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k per query; ``params``: the backend's search parameters (default: the index's)."""
 
-    def search_batches(self, queries: sp.csr_matrix, k: int = 10, batch_size: int = 256,
-                       show_progress: bool = True, **params: Any) -> SearchResult:
+    def search_batches(
+        self, queries: sp.csr_matrix, k: int = 10, batch_size: int = 256, show_progress: bool = True, **params: Any
+    ) -> SearchResult:
         """``search`` over consecutive query batches, with a progress bar (long runs: MS MARCO dev)."""
         from tqdm.auto import tqdm
 
         k = self.result_size(k)
         parts = [
             self.search(queries[start : start + batch_size], k=k, **params)
-            for start in tqdm(range(0, queries.shape[0], batch_size), desc=f"{self.name} search", unit="batch",
-                              disable=not show_progress, leave=False)
+            for start in tqdm(
+                range(0, queries.shape[0], batch_size),
+                desc=f"{self.name} search",
+                unit="batch",
+                disable=not show_progress,
+                leave=False,
+            )
         ]
         if not parts:
             return SearchResult(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
-        return SearchResult(np.vstack([part.doc_indices for part in parts]),
-                            np.vstack([part.scores for part in parts]))
+        return SearchResult(np.vstack([part.doc_indices for part in parts]), np.vstack([part.scores for part in parts]))
 
     def result_size(self, k: int) -> int:
         """The hits per query a search returns: ``k``, capped at the number of documents (no query can have
@@ -141,8 +146,11 @@ class Searcher(abc.ABC):
         manifest = manifest | {"params": params}
         unlisted = [name for name in cls.stored_files(params) if name not in manifest["files"]]
         if unlisted:
-            raise InputError(f"the manifest does not list {', '.join(unlisted)} (a {cls.name} index reads it), "
-                             "so it cannot be verified; rebuild the index", manifest_path)
+            raise InputError(
+                f"the manifest does not list {', '.join(unlisted)} (a {cls.name} index reads it), "
+                "so it cannot be verified; rebuild the index",
+                manifest_path,
+            )
         with reading(path, f"{cls.name} index"):
             searcher = cls.read_files(path, manifest)
         ids_path = path / IDS_FILE
@@ -165,8 +173,11 @@ class Searcher(abc.ABC):
     def search_settings(self, values: dict) -> dict:
         """The index's search parameters (declared defaults for any it predates), overridden by the checked
         ``values`` of this search."""
-        saved = {param.name: self.params.get(param.name, param.default)
-                 for param in self.declared_params if param.role == "search"}
+        saved = {
+            param.name: self.params.get(param.name, param.default)
+            for param in self.declared_params
+            if param.role == "search"
+        }
         return saved | self.check_params(values, "search")
 
     def check_queries(self, queries: sp.csr_matrix) -> sp.csr_matrix:

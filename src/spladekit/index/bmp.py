@@ -51,13 +51,36 @@ QUERY_MAX = 32  # bmp rescales each query so that its largest weight is 32
 SCORE_MAX = 65_535  # bmp keeps scores in 16 bits
 SENTINEL = "sentinel"
 PARAMS = (
-    Param("bsize", int, 32, "documents per block (BMP keeps a document's position in its block in 8 bits)",
-          minimum=1, maximum=256),
+    Param(
+        "bsize",
+        int,
+        32,
+        "documents per block (BMP keeps a document's position in its block in 8 bits)",
+        minimum=1,
+        maximum=256,
+    ),
     Param("compress_range", bool, False, "store the block upper bounds compressed (smaller index)"),
-    Param("alpha", float, 1.0, "stop when the k-th score exceeds alpha x the best remaining block bound "
-          "(1: safe; smaller: faster, approximate)", role="search", minimum=0, exclusive_minimum=True, maximum=1),
-    Param("beta", float, 1.0, "fraction of the query terms kept, heaviest first (1: all)", role="search",
-          minimum=0, exclusive_minimum=True, maximum=1),
+    Param(
+        "alpha",
+        float,
+        1.0,
+        "stop when the k-th score exceeds alpha x the best remaining block bound "
+        "(1: safe; smaller: faster, approximate)",
+        role="search",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1,
+    ),
+    Param(
+        "beta",
+        float,
+        1.0,
+        "fraction of the query terms kept, heaviest first (1: all)",
+        role="search",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1,
+    ),
 )
 
 
@@ -78,8 +101,10 @@ def overflow_safe_scale(documents: sp.csr_matrix) -> float:
     """``min(255 / w_max, (2047 − nnz_max) / L1_max)``: 8 bits, and no query score above 65,535."""
     budget = SCORE_MAX // QUERY_MAX - int(np.diff(documents.indptr).max())
     if budget <= 0:
-        raise SpladekitError(f"BMP keeps scores in 16 bits: documents with {SCORE_MAX // QUERY_MAX:,} or more "
-                             "active terms would overflow; prune the vectors or use the exact or seismic backend")
+        raise SpladekitError(
+            f"BMP keeps scores in 16 bits: documents with {SCORE_MAX // QUERY_MAX:,} or more "
+            "active terms would overflow; prune the vectors or use the exact or seismic backend"
+        )
     l1_max = float(np.asarray(documents.sum(axis=1)).max())
     return min(LEVELS / float(documents.data.max()), budget / l1_max)
 
@@ -89,8 +114,15 @@ class BmpSearcher(Searcher):
     summary = "block-max pruning, 8-bit impacts, vocabulary <= 65,535"
     declared_params = PARAMS
 
-    def __init__(self, path: Path, vocab_size: int, n_docs: int, params: dict, terms: np.ndarray,
-                 staging: tempfile.TemporaryDirectory[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        vocab_size: int,
+        n_docs: int,
+        params: dict,
+        terms: np.ndarray,
+        staging: tempfile.TemporaryDirectory[str] | None = None,
+    ) -> None:
         import bmp
 
         self._staging = staging  # a freshly built index file lives here as long as the searcher
@@ -118,13 +150,14 @@ class BmpSearcher(Searcher):
         impacts = quantize(documents.data, params["scale"], minimum=1, dtype=np.int64)
         staging = tempfile.TemporaryDirectory(prefix="spladekit-bmp-")
         path = Path(staging.name) / INDEX_FILE
-        indexer = bmp.Indexer(str(path), bsize=params["bsize"],
-                              compress_range=params["compress_range"])
-        for row in tqdm(range(documents.shape[0]), desc="bmp index", unit="doc", disable=not show_progress,
-                        leave=False):
+        indexer = bmp.Indexer(str(path), bsize=params["bsize"], compress_range=params["compress_range"])
+        for row in tqdm(
+            range(documents.shape[0]), desc="bmp index", unit="doc", disable=not show_progress, leave=False
+        ):
             low, high = documents.indptr[row], documents.indptr[row + 1]
-            indexer.add_document(str(row), dict(zip(documents.indices[low:high].astype(str).tolist(),
-                                                    impacts[low:high].tolist())))
+            indexer.add_document(
+                str(row), dict(zip(documents.indices[low:high].astype(str).tolist(), impacts[low:high].tolist()))
+            )
         for row in range(documents.shape[0], -(-documents.shape[0] // params["bsize"]) * params["bsize"]):
             indexer.add_document(f"pad{row}", {})
         indexer.add_document(SENTINEL, {SENTINEL: 1})
@@ -133,14 +166,19 @@ class BmpSearcher(Searcher):
         terms[documents.indices] = True
         return cls(path, documents.shape[1], documents.shape[0], params, terms, staging)
 
-    def _search_one(self, indices: np.ndarray, values: np.ndarray, k: int, alpha: float,
-                    beta: float) -> tuple[np.ndarray, np.ndarray]:
+    def _search_one(
+        self, indices: np.ndarray, values: np.ndarray, k: int, alpha: float, beta: float
+    ) -> tuple[np.ndarray, np.ndarray]:
         known = self.terms[indices]
         indices, values = indices[known], values[known]
         if len(indices) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        query = dict(zip(indices.astype(str).tolist(), quantize(values, LEVELS / values.max(), minimum=1,
-                                                                 dtype=np.int64).tolist()))
+        query = dict(
+            zip(
+                indices.astype(str).tolist(),
+                quantize(values, LEVELS / values.max(), minimum=1, dtype=np.int64).tolist(),
+            )
+        )
         query[SENTINEL] = 1
         docs, found = self._bmp_search(query, k + 1, alpha, beta)
         real = [i for i, doc in enumerate(docs) if doc.isdigit()]
@@ -173,9 +211,13 @@ class BmpSearcher(Searcher):
         k = self.result_size(k)
         queries = self.check_queries(queries)
         hits = [
-            self._search_one(queries.indices[queries.indptr[i]: queries.indptr[i + 1]],
-                             queries.data[queries.indptr[i]: queries.indptr[i + 1]], k, settings["alpha"],
-                             settings["beta"])
+            self._search_one(
+                queries.indices[queries.indptr[i] : queries.indptr[i + 1]],
+                queries.data[queries.indptr[i] : queries.indptr[i + 1]],
+                k,
+                settings["alpha"],
+                settings["beta"],
+            )
             for i in range(queries.shape[0])
         ]
         return SearchResult.from_hits(hits, k)

@@ -40,12 +40,14 @@ class EngineFiles:
     def stored_files(cls, params: dict) -> tuple[str, ...]:
         return () if params.get(cls.SERVER_PARAM) else (DOCUMENTS_FILE,)
 
+
 # query rows, limit -> per row: (document rows, scores) in any order
 EngineQuery = Callable[[list[int], int], list[tuple[np.ndarray, np.ndarray]]]
 
 
-def tie_resolved_top_k(query: EngineQuery, queries: sp.csr_matrix, k: int, n_docs: int,
-                       max_limit: int | None = None) -> SearchResult:
+def tie_resolved_top_k(
+    query: EngineQuery, queries: sp.csr_matrix, k: int, n_docs: int, max_limit: int | None = None
+) -> SearchResult:
     """Top-k rows per query (score descending, then lower row; scores > 0 only; -1 pads) from an engine.
 
     Empty queries are not sent. ``query(rows, limit)`` returns the engine's hits for those query rows. An

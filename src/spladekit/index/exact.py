@@ -58,10 +58,15 @@ class ExactSearcher(Searcher):
     name = "exact"
     summary = "inverted index, exact top-k"
     declared_params = (
-        Param("query_batch", int, 16, "queries a thread takes at a time (smaller: threads finish together)",
-              minimum=1),
-        Param("num_threads", int, 0, "search threads (0: all cores this process may use); results do not "
-              "depend on it", role="search", minimum=0),
+        Param("query_batch", int, 16, "queries a thread takes at a time (smaller: threads finish together)", minimum=1),
+        Param(
+            "num_threads",
+            int,
+            0,
+            "search threads (0: all cores this process may use); results do not depend on it",
+            role="search",
+            minimum=0,
+        ),
     )
 
     def __init__(self, postings: sp.csr_matrix, params: dict) -> None:

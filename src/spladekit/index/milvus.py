@@ -74,15 +74,23 @@ def check_uri(uri: str | None) -> None:
     """A server URI names its scheme; a local path here would leave an unverifiable database outside the
     index folder (leave ``uri`` unset for Milvus Lite)."""
     if uri is not None and not uri.startswith(SERVER_SCHEMES):
-        raise SpladekitError(f"milvus parameter uri={uri}: must be a Milvus server URL ({', '.join(SERVER_SCHEMES)}"
-                             "…, e.g. http://localhost:19530); leave it unset for embedded Milvus Lite")
+        raise SpladekitError(
+            f"milvus parameter uri={uri}: must be a Milvus server URL ({', '.join(SERVER_SCHEMES)}"
+            "…, e.g. http://localhost:19530); leave it unset for embedded Milvus Lite"
+        )
 
 
 def _sparse_rows(vectors: sp.csr_matrix, start: int, end: int) -> list[dict[int, float]]:
     """CSR rows ``start:end`` as Milvus sparse vectors (term id → weight)."""
-    return [dict(zip(vectors.indices[vectors.indptr[row]:vectors.indptr[row + 1]].tolist(),
-                     vectors.data[vectors.indptr[row]:vectors.indptr[row + 1]].tolist()))
-            for row in range(start, end)]
+    return [
+        dict(
+            zip(
+                vectors.indices[vectors.indptr[row] : vectors.indptr[row + 1]].tolist(),
+                vectors.data[vectors.indptr[row] : vectors.indptr[row + 1]].tolist(),
+            )
+        )
+        for row in range(start, end)
+    ]
 
 
 class MilvusSearcher(EngineFiles, Searcher):
@@ -94,14 +102,26 @@ class MilvusSearcher(EngineFiles, Searcher):
     declared_params = (
         Param("collection", str, DEFAULT_COLLECTION, "Milvus collection to create"),
         Param("vector_field", str, DEFAULT_FIELD, "name of the sparse vector field"),
-        Param("uri", str, None, f"Milvus server, e.g. http://localhost:19530 (token: ${TOKEN_VARIABLE}); unset: "
-              "embedded Milvus Lite in a temporary folder"),
+        Param(
+            "uri",
+            str,
+            None,
+            f"Milvus server, e.g. http://localhost:19530 (token: ${TOKEN_VARIABLE}); unset: "
+            "embedded Milvus Lite in a temporary folder",
+        ),
         Param("batch_size", int, 1000, "documents per insert request", minimum=1),
         Param("recreate", bool, False, "replace an existing collection of that name"),
     )
 
-    def __init__(self, client: MilvusClient, vocab_size: int, n_docs: int, params: dict,
-                 documents: sp.csr_matrix | None = None, folder: tempfile.TemporaryDirectory | None = None) -> None:
+    def __init__(
+        self,
+        client: MilvusClient,
+        vocab_size: int,
+        n_docs: int,
+        params: dict,
+        documents: sp.csr_matrix | None = None,
+        folder: tempfile.TemporaryDirectory | None = None,
+    ) -> None:
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
         self.collection, self.vector_field, self.uri = params["collection"], params["vector_field"], params["uri"]
@@ -119,8 +139,14 @@ class MilvusSearcher(EngineFiles, Searcher):
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, documents: sp.csr_matrix, doc_ids: list[str] | None = None, token: str | None = None,
-              show_progress: bool = True, **params: Any) -> MilvusSearcher:
+    def build(
+        cls,
+        documents: sp.csr_matrix,
+        doc_ids: list[str] | None = None,
+        token: str | None = None,
+        show_progress: bool = True,
+        **params: Any,
+    ) -> MilvusSearcher:
         """Insert ``documents`` (CSR, n × V) into ``collection`` of the server at ``uri``, or of an embedded
         Milvus Lite. ``recreate`` replaces an existing collection; ``doc_ids`` also go into ``doc_id``."""
         params = cls.defaults() | cls.check_params(params)
@@ -136,8 +162,14 @@ class MilvusSearcher(EngineFiles, Searcher):
             client = connect(str(Path(folder.name) / "milvus.db"))
         else:
             client = connect(params["uri"], token)
-        searcher = cls(client, documents.shape[1], documents.shape[0], params,
-                       documents=documents if folder is not None else None, folder=folder)
+        searcher = cls(
+            client,
+            documents.shape[1],
+            documents.shape[0],
+            params,
+            documents=documents if folder is not None else None,
+            folder=folder,
+        )
         searcher.doc_ids = doc_ids
         with engine_errors("Milvus", searcher.where, _errors()):
             searcher._create_collection(params["recreate"], with_ids=doc_ids is not None)
@@ -165,13 +197,21 @@ class MilvusSearcher(EngineFiles, Searcher):
         self.client.load_collection(self.collection)
 
     def _insert(self, documents: sp.csr_matrix, batch_size: int, show_progress: bool) -> None:
-        for start in tqdm(range(0, documents.shape[0], batch_size), desc="milvus insert", unit="batch",
-                          disable=not show_progress, leave=False):
+        for start in tqdm(
+            range(0, documents.shape[0], batch_size),
+            desc="milvus insert",
+            unit="batch",
+            disable=not show_progress,
+            leave=False,
+        ):
             end = min(start + batch_size, documents.shape[0])
             # an empty vector (Milvus refuses it) never scores above 0, so it is never a hit: not inserted
-            rows = [{ROW_FIELD: row, self.vector_field: vector}
-                    | ({} if self.doc_ids is None else {ID_FIELD: self.doc_ids[row]})
-                    for row, vector in zip(range(start, end), _sparse_rows(documents, start, end)) if vector]
+            rows = [
+                {ROW_FIELD: row, self.vector_field: vector}
+                | ({} if self.doc_ids is None else {ID_FIELD: self.doc_ids[row]})
+                for row, vector in zip(range(start, end), _sparse_rows(documents, start, end))
+                if vector
+            ]
             if rows:
                 self.client.insert(self.collection, rows)
 
@@ -182,11 +222,21 @@ class MilvusSearcher(EngineFiles, Searcher):
         for start in range(0, len(rows), QUERY_BATCH):
             batch = rows[start : start + QUERY_BATCH]
             data = [_sparse_rows(queries, row, row + 1)[0] for row in batch]
-            answers = self.client.search(self.collection, data=data, anns_field=self.vector_field, limit=limit,
-                                         output_fields=[ROW_FIELD], search_params={"metric_type": "IP"})
+            answers = self.client.search(
+                self.collection,
+                data=data,
+                anns_field=self.vector_field,
+                limit=limit,
+                output_fields=[ROW_FIELD],
+                search_params={"metric_type": "IP"},
+            )
             for hits in answers:
-                ranked.append((np.array([hit.id for hit in hits], dtype=np.int64),
-                               np.array([hit.distance for hit in hits], dtype=np.float64)))
+                ranked.append(
+                    (
+                        np.array([hit.id for hit in hits], dtype=np.int64),
+                        np.array([hit.distance for hit in hits], dtype=np.float64),
+                    )
+                )
         return ranked
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
@@ -197,8 +247,9 @@ class MilvusSearcher(EngineFiles, Searcher):
             raise SpladekitError(f"Milvus returns at most {MAX_TOP_K} hits per query, asked for k={k}")
         queries = self.check_queries(queries)
         with engine_errors("Milvus", self.where, _errors()):
-            return tie_resolved_top_k(lambda rows, limit: self._query(queries, rows, limit), queries, k,
-                                      self.n_docs, MAX_TOP_K)
+            return tie_resolved_top_k(
+                lambda rows, limit: self._query(queries, rows, limit), queries, k, self.n_docs, MAX_TOP_K
+            )
 
     # ------------------------------------------------------------------ persistence
     @classmethod
@@ -211,8 +262,12 @@ class MilvusSearcher(EngineFiles, Searcher):
                     raise SpladekitError(f"Milvus at {params['uri']}: collection {params['collection']!r} not found")
             return cls(client, manifest["vocab_size"], manifest["n_docs"], params)
         documents = sp.load_npz(folder / DOCUMENTS_FILE).tocsr()
-        return cls.build(documents, collection=params["collection"], vector_field=params["vector_field"],
-                         batch_size=params["batch_size"])
+        return cls.build(
+            documents,
+            collection=params["collection"],
+            vector_field=params["vector_field"],
+            batch_size=params["batch_size"],
+        )
 
     def close(self) -> None:
         """Release the client and remove Milvus Lite's temporary folder."""

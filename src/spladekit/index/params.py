@@ -116,8 +116,9 @@ def check_values(backend: str, declared: tuple[Param, ...], values: dict, role: 
     unknown = sorted(set(values) - set(accepted))
     if unknown:
         when = " at search time" if role == "search" else ""
-        raise SpladekitError(f"{backend} does not take {', '.join(unknown)}{when}; it takes: "
-                             f"{', '.join(accepted) or 'no parameters'}")
+        raise SpladekitError(
+            f"{backend} does not take {', '.join(unknown)}{when}; it takes: {', '.join(accepted) or 'no parameters'}"
+        )
     checked = {}
     for name, value in values.items():
         try:

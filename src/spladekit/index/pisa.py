@@ -60,20 +60,47 @@ TERMLEX, DOCLEX = "fwd.termlex", "fwd.doclex"
 UINT32_MAX = 2**32 - 1  # PISA stores impacts and document lengths as uint32
 BUILD_ROWS = 1 << 16  # documents per slice when building from one matrix
 QUERY_IMPACT_MAX = 1 << 16  # pyterrier-pisa passes a query weight q as q repetitions of the term
-ENCODINGS = ("block_simdbp", "block_optpfor", "block_varintg8iu", "block_streamvbyte", "block_maskedvbyte",
-             "block_interpolative", "block_qmx", "block_varintgb", "block_simple8b", "block_simple16", "ef",
-             "single", "pefuniform", "pefopt")
+ENCODINGS = (
+    "block_simdbp",
+    "block_optpfor",
+    "block_varintg8iu",
+    "block_streamvbyte",
+    "block_maskedvbyte",
+    "block_interpolative",
+    "block_qmx",
+    "block_varintgb",
+    "block_simple8b",
+    "block_simple16",
+    "ef",
+    "single",
+    "pefuniform",
+    "pefopt",
+)
 # Disjunctive and rank-safe only: PISA's ranked_and variants keep documents holding every query term, and
 # ranked_or_taat_lazy drops the query weights.
 ALGORITHMS = ("maxscore", "block_max_maxscore", "block_max_wand", "wand", "ranked_or")
 PARAMS = (
-    Param("scale", float, 100.0, "quantization: weight w -> integer impact round(w x scale), documents and "
-          "queries alike; scores returned are sum(q_impact x d_impact) / scale^2", minimum=0,
-          exclusive_minimum=True, maximum=10_000),
+    Param(
+        "scale",
+        float,
+        100.0,
+        "quantization: weight w -> integer impact round(w x scale), documents and "
+        "queries alike; scores returned are sum(q_impact x d_impact) / scale^2",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=10_000,
+    ),
     Param("block_size", int, 64, "postings per block of the block-max score bounds", minimum=1, maximum=2**20),
     Param("encoding", str, "block_simdbp", "posting list compression", choices=ENCODINGS),
-    Param("algorithm", str, "maxscore", "query processing, all rank-safe (ranked_or: no pruning); MaxScore is "
-          "the fastest on SPLADE queries (docs/benchmarks.md)", role="search", choices=ALGORITHMS),
+    Param(
+        "algorithm",
+        str,
+        "maxscore",
+        "query processing, all rank-safe (ranked_or: no pruning); MaxScore is "
+        "the fastest on SPLADE queries (docs/benchmarks.md)",
+        role="search",
+        choices=ALGORITHMS,
+    ),
     Param("threads", int, 1, "threads searching a query batch (0: all cores)", role="search", minimum=0),
 )
 
@@ -88,8 +115,11 @@ def _pisathon() -> ModuleType:
     if package is None or not package.submodule_search_locations:
         raise SpladekitError("the pisa backend needs pyterrier-pisa: pip install 'spladekit[index]'")
     folder = Path(next(iter(package.submodule_search_locations)))
-    found = [folder / f"_pisathon{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES
-             if (folder / f"_pisathon{suffix}").is_file()]
+    found = [
+        folder / f"_pisathon{suffix}"
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        if (folder / f"_pisathon{suffix}").is_file()
+    ]
     if not found:
         raise SpladekitError(f"pyterrier-pisa in {folder} has no native _pisathon module; reinstall it")
     loader = importlib.machinery.ExtensionFileLoader("pyterrier_pisa._pisathon", str(found[0]))
@@ -172,8 +202,9 @@ class _Postings:
         np.save(f"{base}.ptr.npy", postings.indptr.astype(np.int64), allow_pickle=False)
         lengths = np.asarray(impacts.sum(axis=1, dtype=np.int64)).ravel()
         if lengths.max(initial=0) > UINT32_MAX:
-            raise SpladekitError(f"a document's total impact is over {UINT32_MAX:,} (PISA keeps it in 32 bits); "
-                                 "lower the pisa scale")
+            raise SpladekitError(
+                f"a document's total impact is over {UINT32_MAX:,} (PISA keeps it in 32 bits); lower the pisa scale"
+            )
         self.sizes.write(lengths.astype(np.uint32).tobytes())
         self.frequency += np.diff(postings.indptr)
         self.blocks += 1
@@ -232,8 +263,14 @@ class PisaSearcher(Searcher):
     summary = "PISA: MaxScore / block-max WAND over quantized impacts, rank-safe"
     declared_params = PARAMS
 
-    def __init__(self, folder: Path, vocab_size: int, n_docs: int, params: dict,
-                 staging: tempfile.TemporaryDirectory[str] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        vocab_size: int,
+        n_docs: int,
+        params: dict,
+        staging: tempfile.TemporaryDirectory[str] | None = None,
+    ) -> None:
         self._staging = staging  # a freshly built index lives here as long as the searcher
         self.folder = folder
         self.vocab_size = vocab_size
@@ -242,8 +279,16 @@ class PisaSearcher(Searcher):
         self.names = term_names(vocab_size)
         self.context = _pisathon().RetrievalContext()
         with _native_output_to_log():
-            _pisathon().prepare_index(self.context, str(folder), params["encoding"], "quantized", "",
-                                      block_size=params["block_size"], quantize=0, stop_fname="")
+            _pisathon().prepare_index(
+                self.context,
+                str(folder),
+                params["encoding"],
+                "quantized",
+                "",
+                block_size=params["block_size"],
+                quantize=0,
+                stop_fname="",
+            )
 
     @classmethod
     def index_files(cls, params: dict) -> tuple[str, str]:
@@ -258,8 +303,9 @@ class PisaSearcher(Searcher):
         return cls.build_from_blocks(_row_slices(documents, BUILD_ROWS), **params)
 
     @classmethod
-    def build_from_blocks(cls, blocks: Iterable[sp.csr_matrix], show_progress: bool = False,
-                          **params: Any) -> PisaSearcher:
+    def build_from_blocks(
+        cls, blocks: Iterable[sp.csr_matrix], show_progress: bool = False, **params: Any
+    ) -> PisaSearcher:
         """Index consecutive row blocks (rows numbered across blocks) without stacking them."""
         params = cls.defaults() | cls.check_params(params)
         staging = tempfile.TemporaryDirectory(prefix="spladekit-pisa-")
@@ -270,16 +316,20 @@ class PisaSearcher(Searcher):
             if postings is None:
                 postings = _Postings(folder, block.shape[1])
             elif block.shape[1] != len(postings.frequency):
-                raise SpladekitError(f"document blocks differ in vocabulary: {block.shape[1]} columns after "
-                                     f"{len(postings.frequency)}")
+                raise SpladekitError(
+                    f"document blocks differ in vocabulary: {block.shape[1]} columns after {len(postings.frequency)}"
+                )
             impacts = quantize(block, params["scale"])
             if impacts.nnz and impacts.data.max() > UINT32_MAX:
-                raise SpladekitError(f"an impact is over {UINT32_MAX:,} (PISA keeps impacts in 32 bits); lower the "
-                                     "pisa scale")
+                raise SpladekitError(
+                    f"an impact is over {UINT32_MAX:,} (PISA keeps impacts in 32 bits); lower the pisa scale"
+                )
             postings.add(impacts)
         if postings is None or not postings.frequency.any():
-            raise SpladekitError("cannot build a PISA index: no document has a weight x scale of 0.5 or more "
-                                 f"(scale={params['scale']:g}; every document vector is empty or too light)")
+            raise SpladekitError(
+                "cannot build a PISA index: no document has a weight x scale of 0.5 or more "
+                f"(scale={params['scale']:g}; every document vector is empty or too light)"
+            )
         postings.merge()
         vocab_size, n_docs = len(postings.frequency), postings.n_docs
         names = term_names(vocab_size)
@@ -301,16 +351,19 @@ class PisaSearcher(Searcher):
         k = self.result_size(k)
         impacts = quantize(self.check_queries(queries), self.params["scale"])
         if impacts.nnz and impacts.data.max() > QUERY_IMPACT_MAX:
-            raise SpladekitError(f"a query weight x scale is over {QUERY_IMPACT_MAX:,} (PISA takes it as that many "
-                                 f"repetitions of the term): weight {impacts.data.max() / self.params['scale']:g}, "
-                                 f"scale {self.params['scale']:g}")
+            raise SpladekitError(
+                f"a query weight x scale is over {QUERY_IMPACT_MAX:,} (PISA takes it as that many "
+                f"repetitions of the term): weight {impacts.data.max() / self.params['scale']:g}, "
+                f"scale {self.params['scale']:g}"
+            )
         threads = settings["threads"] or os.cpu_count() or 1
         hits: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.int64), np.empty(0))] * impacts.shape[0]
         pending, wanted = np.arange(impacts.shape[0]), min(k + 1, self.n_docs)
         while len(pending):
             tied = []
-            for query, (rows, scores) in zip(pending, self._retrieve(impacts[pending], wanted, settings["algorithm"],
-                                                                     threads)):
+            for query, (rows, scores) in zip(
+                pending, self._retrieve(impacts[pending], wanted, settings["algorithm"], threads)
+            ):
                 order = best_first(rows, scores)
                 hits[query] = rows[order][:k], scores[order][:k]
                 if len(rows) == wanted < self.n_docs and scores[order[-1]] == scores[order[k - 1]]:
@@ -319,21 +372,39 @@ class PisaSearcher(Searcher):
         scale2 = self.params["scale"] ** 2
         return SearchResult.from_hits([(rows, (scores / scale2).astype(np.float32)) for rows, scores in hits], k)
 
-    def _retrieve(self, impacts: sp.csr_matrix, k: int, algorithm: str,
-                  threads: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _retrieve(
+        self, impacts: sp.csr_matrix, k: int, algorithm: str, threads: int
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """PISA's top-``k`` (rows, integer scores as float64) of each quantized query, in query order."""
         n = impacts.shape[0]
         queries = []
         for i in range(n):
             low, high = impacts.indptr[i], impacts.indptr[i + 1]
-            queries.append((i, {self.names[v]: float(w) for v, w in zip(impacts.indices[low:high].tolist(),
-                                                                          impacts.data[low:high].tolist())}))
+            queries.append(
+                (
+                    i,
+                    {
+                        self.names[v]: float(w)
+                        for v, w in zip(impacts.indices[low:high].tolist(), impacts.data[low:high].tolist())
+                    },
+                )
+            )
         qidxs, ranks = np.empty(n * k, np.int32), np.empty(n * k, np.int32)
         docnos, scores = np.empty(n * k, object), np.empty(n * k, np.float32)
         with _native_output_to_log():
-            size = _pisathon().retrieve(self.context, algorithm, queries, k=k, threads=threads, pretokenised=True,
-                                        query_weighted=1, result_qidxs=qidxs, result_docnos=docnos,
-                                        result_ranks=ranks, result_scores=scores)
+            size = _pisathon().retrieve(
+                self.context,
+                algorithm,
+                queries,
+                k=k,
+                threads=threads,
+                pretokenised=True,
+                query_weighted=1,
+                result_qidxs=qidxs,
+                result_docnos=docnos,
+                result_ranks=ranks,
+                result_scores=scores,
+            )
         order = np.argsort(qidxs[:size], kind="stable")  # with threads, queries finish in any order
         rows = np.array(docnos[:size][order], dtype=np.int64)
         found = scores[:size][order].astype(np.float64)

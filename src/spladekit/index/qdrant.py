@@ -60,8 +60,9 @@ def connect(url: str | None = None, api_key: str | None = None, path: str | Path
     qdrant_client = _qdrant()
     if url is not None:
         # no version handshake: an unreachable server is reported by the first request, as one line
-        return qdrant_client.QdrantClient(url=url, api_key=api_key or os.environ.get(API_KEY_VARIABLE),
-                                          check_compatibility=False)
+        return qdrant_client.QdrantClient(
+            url=url, api_key=api_key or os.environ.get(API_KEY_VARIABLE), check_compatibility=False
+        )
     if path is not None:
         return qdrant_client.QdrantClient(path=str(path))
     return qdrant_client.QdrantClient(":memory:")
@@ -81,14 +82,14 @@ class QdrantSearcher(EngineFiles, Searcher):
     declared_params = (
         Param("collection", str, DEFAULT_COLLECTION, "Qdrant collection to create"),
         Param("vector_name", str, DEFAULT_VECTOR, "name of the sparse vector of each point"),
-        Param("url", str, None, f"Qdrant server or cluster (API key: ${API_KEY_VARIABLE}); unset: embedded in "
-              "memory"),
+        Param("url", str, None, f"Qdrant server or cluster (API key: ${API_KEY_VARIABLE}); unset: embedded in memory"),
         Param("batch_size", int, 256, "points per upload request", minimum=1),
         Param("recreate", bool, False, "replace an existing collection of that name"),
     )
 
-    def __init__(self, client: QdrantClient, vocab_size: int, n_docs: int, params: dict,
-                 documents: sp.csr_matrix | None = None) -> None:
+    def __init__(
+        self, client: QdrantClient, vocab_size: int, n_docs: int, params: dict, documents: sp.csr_matrix | None = None
+    ) -> None:
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
         self.collection, self.vector_name, self.url = params["collection"], params["vector_name"], params["url"]
@@ -114,8 +115,13 @@ class QdrantSearcher(EngineFiles, Searcher):
         if doc_ids is not None and len(doc_ids) != documents.shape[0]:
             raise SpladekitError(f"{documents.shape[0]} document vectors but {len(doc_ids)} ids")
         url = params["url"]
-        searcher = cls(connect(url, api_key, path), documents.shape[1], documents.shape[0], params,
-                       documents=None if url is not None else documents)
+        searcher = cls(
+            connect(url, api_key, path),
+            documents.shape[1],
+            documents.shape[0],
+            params,
+            documents=None if url is not None else documents,
+        )
         searcher.doc_ids = doc_ids
         with engine_errors("Qdrant", searcher.where, _errors()):
             searcher._create_collection(params["recreate"])
@@ -151,13 +157,18 @@ class QdrantSearcher(EngineFiles, Searcher):
         """Per query row: the engine's hits as (document rows, scores)."""
         models = _qdrant().models
         requests = [
-            models.QueryRequest(query=_sparse(models, queries, row), using=self.vector_name, limit=limit,
-                                with_payload=False)
+            models.QueryRequest(
+                query=_sparse(models, queries, row), using=self.vector_name, limit=limit, with_payload=False
+            )
             for row in rows
         ]
-        return [(np.array([int(point.id) for point in response.points], dtype=np.int64),
-                 np.array([point.score for point in response.points], dtype=np.float64))
-                for response in self.client.query_batch_points(self.collection, requests=requests)]
+        return [
+            (
+                np.array([int(point.id) for point in response.points], dtype=np.int64),
+                np.array([point.score for point in response.points], dtype=np.float64),
+            )
+            for response in self.client.query_batch_points(self.collection, requests=requests)
+        ]
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """Top-k rows per query by dot product (ties: lower row first); -1 pads missing hits."""

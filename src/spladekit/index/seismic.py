@@ -28,20 +28,45 @@ from spladekit.index.params import Param
 INDEX_PREFIX = "seismic"
 INDEX_FILE = f"{INDEX_PREFIX}.index.seismic"
 PARAMS = (
-    Param("n_postings", int, 3500, "postings kept per term on average (more: better recall, bigger index)",
-          minimum=1),
-    Param("centroid_fraction", float, 0.1, "blocks per posting list, as a fraction of n_postings", minimum=0,
-          exclusive_minimum=True, maximum=1),
+    Param("n_postings", int, 3500, "postings kept per term on average (more: better recall, bigger index)", minimum=1),
+    Param(
+        "centroid_fraction",
+        float,
+        0.1,
+        "blocks per posting list, as a fraction of n_postings",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1,
+    ),
     Param("min_cluster_size", int, 2, "fewest documents in a block (smaller clusters are merged)", minimum=1),
-    Param("summary_energy", float, 0.4, "fraction of a block's L1 mass its summary keeps", minimum=0,
-          exclusive_minimum=True, maximum=1),
-    Param("max_fraction", float, 1.5, "longest posting list, as a multiple of n_postings", minimum=0,
-          exclusive_minimum=True),
+    Param(
+        "summary_energy",
+        float,
+        0.4,
+        "fraction of a block's L1 mass its summary keeps",
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1,
+    ),
+    Param(
+        "max_fraction",
+        float,
+        1.5,
+        "longest posting list, as a multiple of n_postings",
+        minimum=0,
+        exclusive_minimum=True,
+    ),
     Param("doc_cut", int, 15, "heaviest document terms used to assign documents to blocks", minimum=1),
     Param("num_threads", int, 0, "threads for building and searching (0: all cores)", role="search", minimum=0),
     Param("query_cut", int, 20, "heaviest query terms whose posting lists are visited", role="search", minimum=1),
-    Param("heap_factor", float, 0.7, "skip a block whose summary score is below heap_factor x the k-th score "
-          "(smaller: less pruning; 0: none)", role="search", minimum=0),
+    Param(
+        "heap_factor",
+        float,
+        0.7,
+        "skip a block whose summary score is below heap_factor x the k-th score (smaller: less pruning; 0: none)",
+        role="search",
+        minimum=0,
+    ),
 )
 
 
@@ -78,12 +103,16 @@ class SeismicSearcher(Searcher):
         documents = check_documents(documents)
         documents.sort_indices()
         dataset = seismic.SeismicDataset(dim=documents.shape[1])
-        dataset.add_documents_by_id([str(row) for row in range(documents.shape[0])],
-                                    documents.indices.astype(np.int64), documents.data,
-                                    documents.indptr.astype(np.int64))
+        dataset.add_documents_by_id(
+            [str(row) for row in range(documents.shape[0])],
+            documents.indices.astype(np.int64),
+            documents.data,
+            documents.indptr.astype(np.int64),
+        )
         with _stdout_to_stderr():
             index = seismic.SeismicIndex.build_from_dataset(
-                dataset, num_threads=params["num_threads"],
+                dataset,
+                num_threads=params["num_threads"],
                 **{param.name: params[param.name] for param in PARAMS if param.role == "build"},
             )
         return cls(index, documents.shape[1], documents.shape[0], params)
@@ -103,7 +132,10 @@ class SeismicSearcher(Searcher):
             components.append(queries.indices[low:high].astype(str).astype(string))
             values.append(queries.data[low:high].astype(np.float32))
         results = self.index.batch_search(
-            ids, components, values, k=k,
+            ids,
+            components,
+            values,
+            k=k,
             query_cut=settings["query_cut"],
             heap_factor=settings["heap_factor"],
             num_threads=settings["num_threads"],

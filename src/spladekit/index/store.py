@@ -31,10 +31,21 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 
 def write_manifest(staging: Path, backend: str, vocab_size: int, n_docs: int, params: dict, meta: dict | None) -> None:
-    """``manifest.json`` for the files already in ``staging``: their sizes and sha256, the backend and its parameters."""
-    files = {item.name: {"sha256": sha256_file(item), "bytes": item.stat().st_size} for item in sorted(staging.iterdir())}
-    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "backend": backend, "vocab_size": vocab_size,
-                "n_docs": n_docs, "params": params, "files": files, "meta": meta or {}}
+    """``manifest.json`` for the files already in ``staging``: their sizes and sha256, the backend and its
+    parameters."""
+    files = {
+        item.name: {"sha256": sha256_file(item), "bytes": item.stat().st_size} for item in sorted(staging.iterdir())
+    }
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "backend": backend,
+        "vocab_size": vocab_size,
+        "n_docs": n_docs,
+        "params": params,
+        "files": files,
+        "meta": meta or {},
+    }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
 
 
@@ -52,8 +63,11 @@ def read_manifest(path: str | Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"not a spladekit index manifest (format is not {FORMAT!r})", manifest_path)
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"index format version {manifest.get('format_version')!r} is not supported "
-                         f"(this spladekit reads version {FORMAT_VERSION}); rebuild the index", manifest_path)
+        raise InputError(
+            f"index format version {manifest.get('format_version')!r} is not supported "
+            f"(this spladekit reads version {FORMAT_VERSION}); rebuild the index",
+            manifest_path,
+        )
     for key, kinds in MANIFEST_TYPES.items():
         if key not in manifest:
             raise InputError(f"no {key!r} in the manifest", manifest_path)
@@ -76,8 +90,14 @@ def read_manifest(path: str | Path) -> dict:
 
 
 # The manifest's fields and their JSON types (checked before any is used).
-MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {"backend": str, "vocab_size": int, "n_docs": int, "params": dict,
-                                                      "files": dict, "meta": dict}
+MANIFEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "backend": str,
+    "vocab_size": int,
+    "n_docs": int,
+    "params": dict,
+    "files": dict,
+    "meta": dict,
+}
 
 
 def _check_entry(name: str, expected: object, manifest_path: Path) -> None:
@@ -88,6 +108,8 @@ def _check_entry(name: str, expected: object, manifest_path: Path) -> None:
     assert isinstance(expected, dict)  # for mypy: expect() raised otherwise
     digest, size = expected.get("sha256"), expected.get("bytes")
     if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise InputError(f"files[{name!r}].sha256 must be 64 lowercase hex digits, got {describe(digest)}", manifest_path)
+        raise InputError(
+            f"files[{name!r}].sha256 must be 64 lowercase hex digits, got {describe(digest)}", manifest_path
+        )
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise InputError(f"files[{name!r}].bytes must be a non-negative integer, got {describe(size)}", manifest_path)

@@ -29,8 +29,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin")
-JSON_OBJECT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                     "generation_config.json")
+JSON_OBJECT_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+)
 
 
 class RemoteCodeRequired(SpladekitError):
@@ -61,7 +66,9 @@ class Backbone:
     tokenizer: PreTrainedTokenizerBase
     source: str
     fresh_keys: list[str] = field(default_factory=list)
-    settings: dict = field(default_factory=dict)  # read from a foreign folder (spladekit.model.foreign), e.g. max_length
+    settings: dict = field(
+        default_factory=dict
+    )  # read from a foreign folder (spladekit.model.foreign), e.g. max_length
 
 
 @contextlib.contextmanager
@@ -169,13 +176,17 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     except OSError as error:
         raise SpladekitError(f"{source}: cannot load model: {first_line(error)}") from None
     except pickle.UnpicklingError:  # its message suggests weights_only=False: never, for a file we cannot trust
-        raise SpladekitError(f"{source}: cannot load model: a pytorch_model*.bin file is damaged or holds more than "
-                             "tensors (torch.load(weights_only=True) refused it); use safetensors weights") from None
+        raise SpladekitError(
+            f"{source}: cannot load model: a pytorch_model*.bin file is damaged or holds more than "
+            "tensors (torch.load(weights_only=True) refused it); use safetensors weights"
+        ) from None
     except Exception as error:  # whatever else transformers/tokenizers raise on a damaged folder
         raise SpladekitError(f"{source}: cannot load model ({type(error).__name__}: {error_reason(error)})") from error
     fresh = sorted(info.get("missing_keys", []))
     if fresh:
-        log.warning("%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh))
+        log.warning(
+            "%s: %d weight(s) not in the checkpoint, freshly initialized: %s", source, len(fresh), ", ".join(fresh)
+        )
     model.eval()
     if device is not None:
         model.to(resolve_device(device))

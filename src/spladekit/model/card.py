@@ -72,15 +72,23 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def _overview(encoder: CardSubject, name: str) -> list[str]:
     config = encoder.model.config
     record = rescale_record(encoder.model)
-    rescaled = "not rescaled (k = 1)" if record is None else (
-        f"k = {record['k']:g}, mode = `{record['mode']}`, bias rescaled: {record['rescale_bias']}"
+    rescaled = (
+        "not rescaled (k = 1)"
+        if record is None
+        else (f"k = {record['k']:g}, mode = `{record['mode']}`, bias rescaled: {record['rescale_bias']}")
     )
     architecture = (getattr(config, "architectures", None) or [type(encoder.model).__name__])[0]
     return [
-        "", f"# {name}", "",
-        ("SPLADE learned-sparse retriever built with spladekit: "
-         "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."), "",
-        f"- **Backbone:** `{encoder.original_backbone}` ({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
+        "",
+        f"# {name}",
+        "",
+        (
+            "SPLADE learned-sparse retriever built with spladekit: "
+            "`w_v = max_t log(1 + ReLU(h_t · W_v + b_v))`, scored by dot product."
+        ),
+        "",
+        f"- **Backbone:** `{encoder.original_backbone}` "
+        f"({architecture}, model_type `{getattr(config, 'model_type', '')}`)",
         f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens"
         + ("" if encoder.query_max_length is None else f" (queries: {encoder.query_max_length})"),
         f"- **Head rescaling:** {rescaled}",
@@ -108,34 +116,58 @@ def _evaluation(evaluation: Sequence[CardEvaluation]) -> list[str]:
         return []
     measures = list(dict.fromkeys(measure for result in evaluation for measure in result.measures))
     metrics = [*measures, *CARD_EFFICIENCY]
-    rows = [[result.name, *(result.metrics.get(m) for m in measures), *(result.efficiency.get(k) for k in CARD_EFFICIENCY)]
-            for result in evaluation]
+    rows = [
+        [result.name, *(result.metrics.get(m) for m in measures), *(result.efficiency.get(k) for k in CARD_EFFICIENCY)]
+        for result in evaluation
+    ]
     return ["", "## Evaluation", "", *_table(["dataset", *metrics], rows)]
 
 
 def _usage(folder: Path) -> list[str]:
     return [
-        "", "## How to load", "",
-        "spladekit:", "", "```python", "from spladekit.model.encoder import SparseEncoder", "",
+        "",
+        "## How to load",
+        "",
+        "spladekit:",
+        "",
+        "```python",
+        "from spladekit.model.encoder import SparseEncoder",
+        "",
         f'encoder = SparseEncoder.from_pretrained("{folder}")',
         'queries = encoder.encode_query(["what is splade?"])  # scipy CSR, float32',
-        'documents = encoder.encode_document(["SPLADE is a learned sparse retriever."])', "```", "",
-        ("sentence-transformers (export first: "
-         f"`spladekit export {folder} --format sentence-transformers --output {folder}-st`):"), "",
-        "```python", "from sentence_transformers import SparseEncoder", "",
-        f'model = SparseEncoder("{folder}-st")', 'embeddings = model.encode(["what is splade?"])', "```", "",
-        "transformers (SPLADE pooling by hand):", "", "```python", "import torch",
-        "from transformers import AutoModelForMaskedLM, AutoTokenizer", "",
+        'documents = encoder.encode_document(["SPLADE is a learned sparse retriever."])',
+        "```",
+        "",
+        (
+            "sentence-transformers (export first: "
+            f"`spladekit export {folder} --format sentence-transformers --output {folder}-st`):"
+        ),
+        "",
+        "```python",
+        "from sentence_transformers import SparseEncoder",
+        "",
+        f'model = SparseEncoder("{folder}-st")',
+        'embeddings = model.encode(["what is splade?"])',
+        "```",
+        "",
+        "transformers (SPLADE pooling by hand):",
+        "",
+        "```python",
+        "import torch",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        "",
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
         f'model = AutoModelForMaskedLM.from_pretrained("{folder}")',
         'batch = tokenizer(["what is splade?"], return_tensors="pt", padding=True, truncation=True)',
         "logits = model(**batch).logits",
-        'vectors = (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).amax(dim=1)', "```",
+        'vectors = (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).amax(dim=1)',
+        "```",
     ]
 
 
-def model_card(folder: str | Path, encoder: CardSubject, training: dict | None = None,
-               evaluation: Sequence[CardEvaluation] = ()) -> str:
+def model_card(
+    folder: str | Path, encoder: CardSubject, training: dict | None = None, evaluation: Sequence[CardEvaluation] = ()
+) -> str:
     """The card text; ``training`` = recipe settings (+ optional ``initial_head_norms``), ``evaluation`` =
     the results to report (one table row each)."""
     folder = Path(folder)
@@ -147,8 +179,13 @@ def model_card(folder: str | Path, encoder: CardSubject, training: dict | None =
     return str(ModelCard(f"---\n{ModelCardData(**CARD_DATA).to_yaml()}\n---\n{body}"))
 
 
-def write_model_card(folder: str | Path, encoder: CardSubject, training: dict | None = None,
-                     evaluation: Sequence[CardEvaluation] = (), name: str | Path | None = None) -> Path:
+def write_model_card(
+    folder: str | Path,
+    encoder: CardSubject,
+    training: dict | None = None,
+    evaluation: Sequence[CardEvaluation] = (),
+    name: str | Path | None = None,
+) -> Path:
     """Write ``folder/README.md`` atomically; ``name`` is the path shown in the loading snippets."""
     target = Path(folder) / CARD_FILE
     with atomic_file(target) as stream:  # a folder being staged is shown under its final name

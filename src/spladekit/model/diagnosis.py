@@ -36,8 +36,6 @@ REFERENCE_PAIR_SCORE = 16.0
 AUTO_K_TOLERANCE = 2.0
 
 
-
-
 @dataclass
 class HeadReport:
     """What the vocabulary projection looks like, and what SPLADE vectors it gives before training."""
@@ -61,7 +59,9 @@ class HeadReport:
     mean_score: float
     recommended_k: float
     recommended_mode: str = "tied"
-    k_scored_as: str = "tied"  # the rescaling each candidate k was scored under: tied (shared matrix) or untie (head only)
+    k_scored_as: str = (
+        "tied"  # the rescaling each candidate k was scored under: tied (shared matrix) or untie (head only)
+    )
     word_position_ratio: float | None = None
     rescale: dict | None = None
     fresh_keys: list[str] = field(default_factory=list)
@@ -71,8 +71,9 @@ class HeadReport:
         return asdict(self)
 
 
-def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int,
-                 mode: str = "untie") -> dict[float, torch.Tensor]:
+def _pooled_by_k(
+    encoder: SparseEncoder, texts: list[str], candidates: Iterable[float], max_length: int, mode: str = "untie"
+) -> dict[float, torch.Tensor]:
     """SPLADE vectors of the model rescaled by each candidate k in ``mode`` (see the module docstring).
 
     Pooled with the fused implementation, which never holds the B × L × V logits: on the 64 training pairs
@@ -85,8 +86,9 @@ def _pooled_by_k(encoder: SparseEncoder, texts: list[str], candidates: Iterable[
             for k in candidates:
                 with _shared_matrix_divided(encoder, k):
                     hidden, projection = encoder.head_inputs(batch)
-                    pooled[k] = splade_max_pool_fused(hidden, projection.weight, projection.bias,
-                                                      batch["attention_mask"]).float()
+                    pooled[k] = splade_max_pool_fused(
+                        hidden, projection.weight, projection.bias, batch["attention_mask"]
+                    ).float()
             return pooled
         hidden, projection = encoder.head_inputs(batch)
         return {
@@ -110,8 +112,9 @@ def _shared_matrix_divided(encoder: SparseEncoder, k: float) -> Iterator[None]:
             weight.copy_(original)
 
 
-def recommend_k(pair_scores_by_k: dict[float, float], reference: float = REFERENCE_PAIR_SCORE,
-                tolerance: float = AUTO_K_TOLERANCE) -> float:
+def recommend_k(
+    pair_scores_by_k: dict[float, float], reference: float = REFERENCE_PAIR_SCORE, tolerance: float = AUTO_K_TOLERANCE
+) -> float:
     """auto-k: the smallest candidate k whose initial median positive-pair score is <= tolerance × reference.
 
     Rationale: collapse comes from inflated initial scores (InfoNCE saturates at once and the FLOPS
@@ -135,8 +138,9 @@ def check_scoring_mode(mode: str) -> str:
     return mode
 
 
-def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256,
-             mode: str = "auto") -> HeadReport:
+def diagnose(
+    encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256, mode: str = "auto"
+) -> HeadReport:
     """Head statistics plus initial SPLADE statistics on (query, document) sample pairs.
 
     ``mode``: the rescaling each candidate k is scored under (``tied``, ``untie``), or ``auto``: scored as
@@ -152,8 +156,9 @@ def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_P
         # With the head already rescaled, the candidates are *further* divisions: report k relative to now.
         query_vectors = _pooled_by_k(encoder, queries, AUTO_K_CANDIDATES, max_length, scored_as)
         document_vectors = _pooled_by_k(encoder, documents, AUTO_K_CANDIDATES, max_length, scored_as)
-        by_k: dict[float, float] = {k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median())
-                                    for k in AUTO_K_CANDIDATES}
+        by_k: dict[float, float] = {
+            k: float((query_vectors[k] * document_vectors[k]).sum(dim=1).median()) for k in AUTO_K_CANDIDATES
+        }
         return by_k, query_vectors[1], document_vectors[1]
 
     scored_as = "tied" if mode == "auto" else mode
@@ -191,8 +196,6 @@ def diagnose(encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_P
     )
 
 
-
-
 def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[str]:
     """What, before the first step, predicts a collapse (logged by ``train`` on the head it starts from):
 
@@ -208,20 +211,28 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
     warnings = []
     score = report.median_pair_score
     if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:
-        warnings.append(f"initial median pair score {score:.1f} is {score / REFERENCE_PAIR_SCORE:.1f}× a healthy SPLADE "
-                        f"model's ({REFERENCE_PAIR_SCORE:g}): the ranking loss will saturate; rescale.k=auto would "
-                        f"pick k = {report.recommended_k:g}")
+        warnings.append(
+            f"initial median pair score {score:.1f} is {score / REFERENCE_PAIR_SCORE:.1f}× a healthy SPLADE "
+            f"model's ({REFERENCE_PAIR_SCORE:g}): the ranking loss will saturate; rescale.k=auto would "
+            f"pick k = {report.recommended_k:g}"
+        )
     ratio = report.word_position_ratio
     if ratio is not None and ratio < 1 and not embeddings_warned:
-        warnings.append(f"input word embeddings are {ratio:.2f}× the position embeddings (median row norms): positions "
-                        f"outweigh words, the road to a uniform collapse; {low_ratio_origin(report.rescale)}")
+        warnings.append(
+            f"input word embeddings are {ratio:.2f}× the position embeddings (median row norms): positions "
+            f"outweigh words, the road to a uniform collapse; {low_ratio_origin(report.rescale)}"
+        )
     return warnings
 
 
 def low_ratio_origin(applied: dict | None) -> str:
     """Where word embeddings below the positions came from, when this run's own rescaling did not cause it."""
     if applied and applied.get("mode") == "tied" and float(applied.get("k", 1)) > 1:
-        return (f"this model was already tied-rescaled by k = {float(applied['k']):g} (spladekit_rescale in its "
-                "config.json), which divided them: start from the backbone before that, with rescale.mode=untie")
-    return ("they came with the model, and no rescale mode raises them (untie leaves the input embeddings as "
-            "they are, tied divides them too)")
+        return (
+            f"this model was already tied-rescaled by k = {float(applied['k']):g} (spladekit_rescale in its "
+            "config.json), which divided them: start from the backbone before that, with rescale.mode=untie"
+        )
+    return (
+        "they came with the model, and no rescale mode raises them (untie leaves the input embeddings as "
+        "they are, tied divides them too)"
+    )

@@ -47,8 +47,14 @@ def check_side(side: str) -> Side:
 
 
 # spladekit.json values read back, with their JSON types (absent or null: not recorded).
-METADATA_TYPES: dict[str, type | tuple[type, ...]] = {"max_length": int, "query_max_length": int, "backbone": str,
-                                                      "spladekit_version": str, "rescale": dict, "pooling": str}
+METADATA_TYPES: dict[str, type | tuple[type, ...]] = {
+    "max_length": int,
+    "query_max_length": int,
+    "backbone": str,
+    "spladekit_version": str,
+    "rescale": dict,
+    "pooling": str,
+}
 
 
 def read_metadata(folder: Path) -> dict:
@@ -81,8 +87,9 @@ def check_rescale_record(record: object, config_file: Path) -> None:
     except SpladekitError as error:
         raise InputError(f"{what}: {error}", config_file) from None
     if record.get("mode") not in RESCALE_MODES:
-        raise InputError(f"{what}: mode must be one of {', '.join(RESCALE_MODES)}, got {describe(record.get('mode'))}",
-                         config_file)
+        raise InputError(
+            f"{what}: mode must be one of {', '.join(RESCALE_MODES)}, got {describe(record.get('mode'))}", config_file
+        )
     expect(record.get("rescale_bias"), bool, f"{what}: rescale_bias", config_file)
 
 
@@ -134,8 +141,13 @@ class SparseEncoder(nn.Module):
     see ``pooling.screen_candidates``) or ``"naive"`` (materializes B × L × V logits).
     """
 
-    def __init__(self, backbone: Backbone, max_length: int = DEFAULT_MAX_LENGTH, pooling: str = "fused",
-                 query_max_length: int | None = None):
+    def __init__(
+        self,
+        backbone: Backbone,
+        max_length: int = DEFAULT_MAX_LENGTH,
+        pooling: str = "fused",
+        query_max_length: int | None = None,
+    ):
         super().__init__()
         if pooling not in POOLINGS:
             raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
@@ -174,10 +186,15 @@ class SparseEncoder(nn.Module):
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata = read_metadata(Path(backbone.source))
         check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
-        max_length = (max_length or metadata.get("max_length") or backbone.settings.get("max_length")
-                      or DEFAULT_MAX_LENGTH)
-        encoder = cls(backbone, max_length=max_length, pooling=pooling,
-                      query_max_length=query_max_length or metadata.get("query_max_length"))
+        max_length = (
+            max_length or metadata.get("max_length") or backbone.settings.get("max_length") or DEFAULT_MAX_LENGTH
+        )
+        encoder = cls(
+            backbone,
+            max_length=max_length,
+            pooling=pooling,
+            query_max_length=query_max_length or metadata.get("query_max_length"),
+        )
         encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
         if rescale_k is not None:
             applied = rescale_record(encoder.model)
@@ -191,8 +208,13 @@ class SparseEncoder(nn.Module):
                 )
         return encoder
 
-    def save(self, directory: str | Path, overwrite: bool = False, training: dict | None = None,
-             evaluation: Sequence[CardEvaluation] = ()) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        overwrite: bool = False,
+        training: dict | None = None,
+        evaluation: Sequence[CardEvaluation] = (),
+    ) -> Path:
         """Write a standard HF model folder (safetensors) + tokenizer + ``spladekit.json`` + the model card
         (``README.md``, :mod:`spladekit.model.card`: ``training`` = the recipe, ``evaluation`` = results to
         report), atomically.
@@ -289,17 +311,24 @@ class SparseEncoder(nn.Module):
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
         max_length = max_length or self.max_length
         # token counts only, a slice at a time: the token id lists of every text would cost ~9 KB a text
-        lengths = [len(ids) for start in range(0, len(texts), LENGTH_SLICE)
-                   for ids in self.tokenizer(texts[start : start + LENGTH_SLICE], truncation=True,
-                                             max_length=max_length)["input_ids"]]
+        lengths = [
+            len(ids)
+            for start in range(0, len(texts), LENGTH_SLICE)
+            for ids in self.tokenizer(texts[start : start + LENGTH_SLICE], truncation=True, max_length=max_length)[
+                "input_ids"
+            ]
+        ]
         order = np.argsort(-np.asarray(lengths), kind="stable")
         was_training = self.model.training
         self.model.eval()
         blocks = []
         try:
-            with torch.inference_mode(), tqdm(
-                total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
-            ) as progress:
+            with (
+                torch.inference_mode(),
+                tqdm(
+                    total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
+                ) as progress,
+            ):
                 for start in range(0, len(texts), batch_size):
                     chunk = order[start : start + batch_size]
                     batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
@@ -308,9 +337,11 @@ class SparseEncoder(nn.Module):
                     if not bool(finite.all()):
                         index = int(chunk[int((~finite).nonzero()[0, 0])])
                         name = f"text {index}" + ("" if ids is None else f" (id {ids[index]!r})")
-                        raise NonFiniteVector(f"{name} encodes to a vector with NaN/inf weights: the model is "
-                                              f"damaged (non-finite or overflowing weights)",
-                                              index)
+                        raise NonFiniteVector(
+                            f"{name} encodes to a vector with NaN/inf weights: the model is "
+                            f"damaged (non-finite or overflowing weights)",
+                            index,
+                        )
                     blocks.append(dense_to_csr(vectors))
                     progress.update(len(chunk))
         finally:
@@ -358,12 +389,25 @@ class SparseEncoder(nn.Module):
         ``max_active_dims`` only the k largest weights of each vector are kept."""
         return self._encode_side("document", texts, batch_size, max_length, show_progress, max_active_dims, ids)
 
-    def _encode_side(self, side: Side, texts: str | Sequence[str], batch_size: int, max_length: int | None,
-                     show_progress: bool, max_active_dims: int | None, ids: Sequence[str] | None) -> sp.csr_matrix:
+    def _encode_side(
+        self,
+        side: Side,
+        texts: str | Sequence[str],
+        batch_size: int,
+        max_length: int | None,
+        show_progress: bool,
+        max_active_dims: int | None,
+        ids: Sequence[str] | None,
+    ) -> sp.csr_matrix:
         check_max_active_dims(max_active_dims)  # before any encoding
-        vectors = self.encode(texts, batch_size=batch_size, max_length=self.side_max_length(side, max_length),
-                              show_progress=show_progress,
-                              description="encoding queries" if side == "query" else "encoding documents", ids=ids)
+        vectors = self.encode(
+            texts,
+            batch_size=batch_size,
+            max_length=self.side_max_length(side, max_length),
+            show_progress=show_progress,
+            description="encoding queries" if side == "query" else "encoding documents",
+            ids=ids,
+        )
         return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:

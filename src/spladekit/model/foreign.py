@@ -40,7 +40,11 @@ ST_MODULES_FILE = "modules.json"
 ST_ROUTER_CONFIGS = ("router_config.json", "config.json")  # config.json: sentence-transformers < 5 (Asym)
 ST_MLM_MODULES = ("Transformer", "MLMTransformer")
 ST_STATIC_MODULES = ("SparseStaticEmbedding", "IDF")  # IDF: its name in sentence-transformers 5.0
-ST_TRANSFORMER_CONFIGS = ("sentence_bert_config.json", "sentence_roberta_config.json", "sentence_distilbert_config.json")
+ST_TRANSFORMER_CONFIGS = (
+    "sentence_bert_config.json",
+    "sentence_roberta_config.json",
+    "sentence_distilbert_config.json",
+)
 NAVER_CONFIGS = ("config.yaml", ".hydra/config.yaml")
 NAVER_WEIGHTS_SUBFOLDER = "model"
 # Tokenizers without a limit store a huge sentinel as model_max_length; it is not a setting.
@@ -111,30 +115,47 @@ def _resolve_router(folder: Path, modules_file: Path) -> ResolvedModel:
     types, structure = config.get("types"), config.get("structure")
     if not isinstance(types, dict) or not isinstance(structure, dict):
         raise InputError("expected 'types' and 'structure' objects (a sentence-transformers Router)", config_file)
-    routes = {name: [(module_id, str(types.get(module_id, "")).rsplit(".", 1)[-1]) for module_id in ids]
-              for name, ids in structure.items() if isinstance(ids, list)}
+    routes = {
+        name: [(module_id, str(types.get(module_id, "")).rsplit(".", 1)[-1]) for module_id in ids]
+        for name, ids in structure.items()
+        if isinstance(ids, list)
+    }
     mappings = (config.get("parameters") or {}).get("route_mappings") or {}
     shapes = {name: [kind for _, kind in modules] for name, modules in routes.items()}
-    if (set(routes) != {"query", "document"} or mappings or len(shapes["query"]) != 1
-            or shapes["query"][0] not in ST_STATIC_MODULES or len(shapes["document"]) != 2
-            or shapes["document"][0] not in ST_MLM_MODULES or shapes["document"][1] != "SpladePooling"):
+    if (
+        set(routes) != {"query", "document"}
+        or mappings
+        or len(shapes["query"]) != 1
+        or shapes["query"][0] not in ST_STATIC_MODULES
+        or len(shapes["document"]) != 2
+        or shapes["document"][0] not in ST_MLM_MODULES
+        or shapes["document"][1] != "SpladePooling"
+    ):
         raise InputError(
             f"Router routes {shapes}{f' with route_mappings {mappings}' if mappings else ''}: spladekit loads "
             "only inference-free SPLADE routers (query: [SparseStaticEmbedding], document: [MLMTransformer or "
-            "Transformer, SpladePooling], no route_mappings)", config_file)
-    (query_id, _), = routes["query"]
+            "Transformer, SpladePooling], no route_mappings)",
+            config_file,
+        )
+    ((query_id, _),) = routes["query"]
     (transformer_id, _), (pooling_id, _) = routes["document"]
     _check_pooling(folder / pooling_id / "config.json")
     query_folder = folder / query_id
     weights = query_folder / "model.safetensors"
     if not weights.is_file():
-        raise InputError("the SparseStaticEmbedding has no model.safetensors (spladekit reads query weights "
-                         "from safetensors only: never pickles, never idf.json paths)", query_folder)
+        raise InputError(
+            "the SparseStaticEmbedding has no model.safetensors (spladekit reads query weights "
+            "from safetensors only: never pickles, never idf.json paths)",
+            query_folder,
+        )
     static_config = query_folder / "config.json"
     frozen = read_json(static_config, dict).get("frozen", False) if static_config.is_file() else False
     document = folder / transformer_id
-    settings = _st_settings(document) | {"query_weights": str(weights), "query_folder": str(query_folder),
-                                         "query_frozen": bool(frozen)}
+    settings = _st_settings(document) | {
+        "query_weights": str(weights),
+        "query_folder": str(query_folder),
+        "query_frozen": bool(frozen),
+    }
     query_length = _st_settings(query_folder).get("max_length")
     if query_length:
         settings["query_max_length"] = query_length

@@ -27,6 +27,7 @@ log = logging.getLogger("spladekit")
 RESCALE_MODES = ("tied", "untie")
 CONFIG_ATTRIBUTE = "spladekit_rescale"  # stored in config.json, so a reload never rescales twice
 
+
 def rescale_record(model: PreTrainedModel) -> dict | None:
     """The rescaling already applied to this model (read from its config), or None."""
     return getattr(model.config, CONFIG_ATTRIBUTE, None)
@@ -74,17 +75,28 @@ def rescale(model: PreTrainedModel, k: float, mode: str = "tied", rescale_bias: 
         assert ratio is not None  # recommend_mode says untie only when there is a ratio
         # below 1 already (the backbone's own positions outweigh its words): untie keeps it from falling
         # further but cannot raise it (docs/results/head-only-inflation.md, P7)
-        already = (" — but the words are below the positions already, which no mode changes: the model may "
-                   "collapse either way" if ratio < 1 else "")
-        log.warning("tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
-                    "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
-                    "rescales the head only%s", k, ratio, ratio / k, already)
+        already = (
+            " — but the words are below the positions already, which no mode changes: the model may collapse either way"
+            if ratio < 1
+            else ""
+        )
+        log.warning(
+            "tied rescaling by k=%g shrinks the input word embeddings below the position embeddings "
+            "(word/position norm ratio %.2f → %.2f): positions will dominate the input; mode 'untie' "
+            "rescales the head only%s",
+            k,
+            ratio,
+            ratio / k,
+            already,
+        )
     divide_head(model, k, mode=mode, divide_bias=rescale_bias)
     setattr(model.config, CONFIG_ATTRIBUTE, {"k": k, "mode": mode, "rescale_bias": rescale_bias})
     return model
 
 
-def divide_head(model: PreTrainedModel, divisor: float, mode: str = "tied", divide_bias: bool = False) -> PreTrainedModel:
+def divide_head(
+    model: PreTrainedModel, divisor: float, mode: str = "tied", divide_bias: bool = False
+) -> PreTrainedModel:
     """The mechanics of :func:`rescale` without the once-only record.
 
     Used directly only to *simulate* backbones with a large head (``divisor = 1/s`` inflates it by s),
@@ -114,13 +126,17 @@ def check_division(projection: nn.Linear, divisor: float, divide_bias: bool = Fa
     limit = math.sqrt(largest)
     rows = float(weight.float().norm(dim=1).max()) if weight.numel() else 0.0
     if not math.isfinite(rows):
-        raise SpladekitError("the vocabulary projection already holds NaN/inf or overflowing rows; "
-                             "the model is damaged (reload the original backbone)")
+        raise SpladekitError(
+            "the vocabulary projection already holds NaN/inf or overflowing rows; "
+            "the model is damaged (reload the original backbone)"
+        )
     if rows / divisor >= limit:
-        raise SpladekitError(f"dividing the head by {divisor:g} would make its largest row norm {rows / divisor:.3g}: "
-                             f"dot products with it overflow {str(weight.dtype).removeprefix('torch.')} (row norms "
-                             f"must stay below {limit:.3g}), so every vector would be inf/NaN; the model was left "
-                             f"unchanged (use a larger k)")
+        raise SpladekitError(
+            f"dividing the head by {divisor:g} would make its largest row norm {rows / divisor:.3g}: "
+            f"dot products with it overflow {str(weight.dtype).removeprefix('torch.')} (row norms "
+            f"must stay below {limit:.3g}), so every vector would be inf/NaN; the model was left "
+            f"unchanged (use a larger k)"
+        )
     bias = projection.bias
     peak = float(bias.detach().float().abs().max()) if divide_bias and bias is not None and bias.numel() else 0.0
     if not peak / divisor < largest:  # also NaN
@@ -169,8 +185,11 @@ def embedding_norms(model: PreTrainedModel) -> dict[str, float | None]:
     """Median row norm of the input word embeddings (``word_norm``) and of the absolute position embeddings
     (``position_norm``; None for rotary models, which have no such table): logged during training, since
     tied rescaling and weight decay both move the word table (= the head when tied)."""
-    tables = [module for name, module in model.named_modules()
-              if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)]
+    tables = [
+        module
+        for name, module in model.named_modules()
+        if name.endswith("position_embeddings") and isinstance(module, nn.Embedding)
+    ]
     # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
     words = cast(nn.Embedding, model.get_input_embeddings()).weight.detach().float().norm(dim=1).median()
     positions = tables[0].weight.detach().float().norm(dim=1).median() if tables else None
@@ -186,5 +205,3 @@ def recommend_mode(model: PreTrainedModel, k: float) -> str:
     """
     ratio = word_position_ratio(model)
     return "untie" if k > 1 and is_tied(model) and ratio is not None and ratio / k < 1 else "tied"
-
-

@@ -64,8 +64,13 @@ QUERY_WEIGHTS_TENSOR = "weight"  # the state-dict key of sentence-transformers' 
 DEFAULT_QUERY_MAX_LENGTH = 32
 
 
-def idf_weights(tokenizer: PreTrainedTokenizerBase, documents: Iterable[str], vocab_size: int, batch_size: int = 1000,
-                show_progress: bool = True) -> torch.Tensor:
+def idf_weights(
+    tokenizer: PreTrainedTokenizerBase,
+    documents: Iterable[str],
+    vocab_size: int,
+    batch_size: int = 1000,
+    show_progress: bool = True,
+) -> torch.Tensor:
     """The V-vector ``idf(v) = ln(1 + (N − df + 0.5) / (df + 0.5))`` (0 where ``df = 0``) of ``documents``.
 
     Texts are tokenized without special tokens and without truncation; special token ids never count;
@@ -74,18 +79,29 @@ def idf_weights(tokenizer: PreTrainedTokenizerBase, documents: Iterable[str], vo
     df = np.zeros(vocab_size, dtype=np.int64)
     n_docs = 0
     texts = list(documents)
-    with quiet_transformers(), tqdm(total=len(texts), desc="document frequencies", unit="doc",
-                                    disable=not show_progress, leave=False) as progress:
+    with (
+        quiet_transformers(),
+        tqdm(
+            total=len(texts), desc="document frequencies", unit="doc", disable=not show_progress, leave=False
+        ) as progress,
+    ):
         for start in range(0, len(texts), batch_size):
-            chunk = texts[start:start + batch_size]
-            encoded = tokenizer(chunk, add_special_tokens=False, truncation=False,
-                                return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+            chunk = texts[start : start + batch_size]
+            encoded = tokenizer(
+                chunk,
+                add_special_tokens=False,
+                truncation=False,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
             for ids in encoded:
                 distinct = np.unique(np.asarray(ids, dtype=np.int64))
                 distinct = distinct[~np.isin(distinct, special)]
                 if distinct.size and distinct.max() >= vocab_size:
-                    raise SpladekitError(f"the tokenizer produced token id {int(distinct.max())}, beyond the "
-                                         f"model's {vocab_size} vocabulary dimensions")
+                    raise SpladekitError(
+                        f"the tokenizer produced token id {int(distinct.max())}, beyond the "
+                        f"model's {vocab_size} vocabulary dimensions"
+                    )
                 if distinct.size:
                     df[distinct] += 1
                     n_docs += 1
@@ -110,11 +126,17 @@ def read_query_weights(path: Path, vocab_size: int) -> torch.Tensor:
         tensors = load_file(str(path))
     weight = tensors.get(QUERY_WEIGHTS_TENSOR)
     if weight is None or weight.dim() != 1 or not weight.is_floating_point():
-        raise InputError(f"expected a 1-D float tensor {QUERY_WEIGHTS_TENSOR!r}, found "
-                         f"{ {name: tuple(t.shape) for name, t in tensors.items()} }", path)
+        raise InputError(
+            f"expected a 1-D float tensor {QUERY_WEIGHTS_TENSOR!r}, found "
+            f"{ {name: tuple(t.shape) for name, t in tensors.items()} }",
+            path,
+        )
     if weight.shape[0] != vocab_size:
-        raise InputError(f"the query weight table has {weight.shape[0]} entries, the document encoder "
-                         f"{vocab_size} vocabulary dimensions", path)
+        raise InputError(
+            f"the query weight table has {weight.shape[0]} entries, the document encoder "
+            f"{vocab_size} vocabulary dimensions",
+            path,
+        )
     if not bool(torch.isfinite(weight).all()):
         raise InputError("the query weight table holds NaN or inf", path)
     return weight.float()
@@ -136,10 +158,14 @@ def check_same_tokenizer(tokenizer: PreTrainedTokenizerBase, query_folder: Path,
             raise InputError(f"cannot load the query route's tokenizer ({error})", query_folder) from None
         same = query_tokenizer.get_vocab() == tokenizer.get_vocab() and (
             query_tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
-            == tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"])
+            == tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+        )
     if not same:
-        raise InputError("the query route's tokenizer differs from the document route's; spladekit encodes "
-                         "both sides with one tokenizer", query_folder)
+        raise InputError(
+            "the query route's tokenizer differs from the document route's; spladekit encodes "
+            "both sides with one tokenizer",
+            query_folder,
+        )
 
 
 class InferenceFreeEncoder(nn.Module):
@@ -152,9 +178,14 @@ class InferenceFreeEncoder(nn.Module):
     tools see the document side as a plain SPLADE model.
     """
 
-    def __init__(self, document_encoder: SparseEncoder, query_weights: torch.Tensor | None = None,
-                 query_max_length: int = DEFAULT_QUERY_MAX_LENGTH, freeze_query_weights: bool = False,
-                 query_weights_origin: str | None = None):
+    def __init__(
+        self,
+        document_encoder: SparseEncoder,
+        query_weights: torch.Tensor | None = None,
+        query_max_length: int = DEFAULT_QUERY_MAX_LENGTH,
+        freeze_query_weights: bool = False,
+        query_weights_origin: str | None = None,
+    ):
         super().__init__()
         vocab_size = document_encoder.vocab_size
         if query_weights is None:
@@ -164,8 +195,9 @@ class InferenceFreeEncoder(nn.Module):
         if query_max_length < 1:
             raise SpladekitError(f"query_max_length must be >= 1, got {query_max_length}")
         self.document_encoder = document_encoder
-        self.query_weights = nn.Parameter(query_weights.detach().clone().float().to(document_encoder.device),
-                                          requires_grad=not freeze_query_weights)
+        self.query_weights = nn.Parameter(
+            query_weights.detach().clone().float().to(document_encoder.device), requires_grad=not freeze_query_weights
+        )
         self.query_max_length = query_max_length
         self.query_weights_origin = query_weights_origin
 
@@ -208,16 +240,23 @@ class InferenceFreeEncoder(nn.Module):
 
     # ----------------------------------------------------------------- loading and saving
     @classmethod
-    def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False, device: str | None = None,
-                        max_length: int | None = None, query_max_length: int | None = None,
-                        pooling: str = "fused") -> InferenceFreeEncoder:
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        trust_remote_code: bool = False,
+        device: str | None = None,
+        max_length: int | None = None,
+        query_max_length: int | None = None,
+        pooling: str = "fused",
+    ) -> InferenceFreeEncoder:
         """Load a saved inference-free spladekit folder or a sentence-transformers inference-free ``Router``
         folder (see :mod:`spladekit.model.foreign`)."""
         from spladekit.model.foreign import resolve_model_folder
 
         path = Path(path).expanduser()
-        documents = SparseEncoder.from_pretrained(path, trust_remote_code=trust_remote_code, device=device,
-                                                  max_length=max_length, pooling=pooling)
+        documents = SparseEncoder.from_pretrained(
+            path, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
+        )
         resolved = resolve_model_folder(path)
         frozen = False
         origin: object
@@ -230,8 +269,10 @@ class InferenceFreeEncoder(nn.Module):
         else:
             metadata = read_metadata(path)
             if metadata.get("kind") != KIND:
-                raise SpladekitError(f"{path}: not an inference-free model (spladekit.json has no "
-                                     f"\"kind\": \"{KIND}\"); load it with SparseEncoder.from_pretrained")
+                raise SpladekitError(
+                    f"{path}: not an inference-free model (spladekit.json has no "
+                    f'"kind": "{KIND}"); load it with SparseEncoder.from_pretrained'
+                )
             name = metadata.get("query_weights") or QUERY_WEIGHTS_FILE
             expect(name, str, "'query_weights'", path / METADATA_FILE)
             weights_file = path / Path(name).name
@@ -241,11 +282,21 @@ class InferenceFreeEncoder(nn.Module):
             origin = metadata.get("query_weights_origin")
             frozen = metadata.get("freeze_query_weights") is True
         weights = read_query_weights(weights_file, documents.vocab_size)
-        return cls(documents, weights, query_max_length=query_max_length or stored_length or DEFAULT_QUERY_MAX_LENGTH,
-                   freeze_query_weights=frozen, query_weights_origin=origin if isinstance(origin, str) else None)
+        return cls(
+            documents,
+            weights,
+            query_max_length=query_max_length or stored_length or DEFAULT_QUERY_MAX_LENGTH,
+            freeze_query_weights=frozen,
+            query_weights_origin=origin if isinstance(origin, str) else None,
+        )
 
-    def save(self, directory: str | Path, overwrite: bool = False, training: dict | None = None,
-             evaluation: Sequence[CardEvaluation] = ()) -> Path:
+    def save(
+        self,
+        directory: str | Path,
+        overwrite: bool = False,
+        training: dict | None = None,
+        evaluation: Sequence[CardEvaluation] = (),
+    ) -> Path:
         """The document encoder's files (:meth:`SparseEncoder.write_files`) + ``query_weights.safetensors`` +
         ``"kind": "inference-free"`` in ``spladekit.json`` + the model card, written atomically (``overwrite``
         as every command's ``--overwrite``); NaN/inf weights are refused before anything is written."""
@@ -254,10 +305,14 @@ class InferenceFreeEncoder(nn.Module):
         self.check_finite(f"{directory}: refusing to save")
         with atomic_directory(directory, overwrite=overwrite) as staging:
             self.document_encoder.write_files(staging)
-            save_file({QUERY_WEIGHTS_TENSOR: self.query_weights.detach().float().cpu().contiguous()},
-                      str(staging / QUERY_WEIGHTS_FILE))
+            save_file(
+                {QUERY_WEIGHTS_TENSOR: self.query_weights.detach().float().cpu().contiguous()},
+                str(staging / QUERY_WEIGHTS_FILE),
+            )
             metadata = read_metadata(staging) | {
-                "kind": KIND, "query_weights": QUERY_WEIGHTS_FILE, "query_max_length": self.query_max_length,
+                "kind": KIND,
+                "query_weights": QUERY_WEIGHTS_FILE,
+                "query_max_length": self.query_max_length,
                 "query_weights_origin": self.query_weights_origin,
                 "freeze_query_weights": not self.query_weights.requires_grad,
                 "query_encoding": "w_v for each distinct token v of the query (no special tokens)",
@@ -268,9 +323,11 @@ class InferenceFreeEncoder(nn.Module):
 
     @property
     def card_notes(self) -> tuple[str, ...]:
-        return ("## Inference-free queries\n\nQueries are not encoded by the network: the vector of a query holds "
-                "`w_v` for each distinct token v of the query (a learned table, "
-                f"`{QUERY_WEIGHTS_FILE}`). Load with `spladekit.model.loading.load_model`.",)
+        return (
+            "## Inference-free queries\n\nQueries are not encoded by the network: the vector of a query holds "
+            "`w_v` for each distinct token v of the query (a learned table, "
+            f"`{QUERY_WEIGHTS_FILE}`). Load with `spladekit.model.loading.load_model`.",
+        )
 
     def check_finite(self, action: str) -> None:
         """SpladekitError ``"{action}: …"`` when a weight of either side is NaN or inf."""
@@ -286,8 +343,9 @@ class InferenceFreeEncoder(nn.Module):
     # ----------------------------------------------------------------- queries
     def query_token_ids(self, texts: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Token ids of each query as ``SparseStaticEmbedding.preprocess`` makes them (no special tokens)."""
-        return self.tokenizer(list(texts), add_special_tokens=False, truncation=True,
-                              max_length=max_length or self.query_max_length)["input_ids"]
+        return self.tokenizer(
+            list(texts), add_special_tokens=False, truncation=True, max_length=max_length or self.query_max_length
+        )["input_ids"]
 
     def query_forward(self, texts: Sequence[str], max_length: int | None = None) -> torch.Tensor:
         """Differentiable query vectors, B × V: ``presence(b, v) · w_v`` (training)."""
@@ -296,16 +354,22 @@ class InferenceFreeEncoder(nn.Module):
         input_ids = torch.zeros(len(ids), width, dtype=torch.long, device=self.device)
         mask = torch.zeros(len(ids), width, dtype=self.query_weights.dtype, device=self.device)
         for row, tokens in enumerate(ids):
-            input_ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            mask[row, :len(tokens)] = 1
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            mask[row, : len(tokens)] = 1
         # max, not scatter_: a padding position must not erase a real occurrence of the same id
         presence = torch.zeros(len(ids), self.vocab_size, dtype=mask.dtype, device=self.device)
         presence = presence.scatter_reduce(1, input_ids, mask, reduce="amax")
         return presence * self.query_weights
 
-    def encode_query(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
-                     show_progress: bool = True, max_active_dims: int | None = None,
-                     ids: Sequence[str] | None = None) -> sp.csr_matrix:
+    def encode_query(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
         """Query vectors (CSR float32, rows in input order): ``w_v`` for each distinct token v of each query,
         zero weights dropped; ``max_active_dims`` keeps the heaviest k per query. No network runs."""
         check_max_active_dims(max_active_dims)
@@ -314,21 +378,27 @@ class InferenceFreeEncoder(nn.Module):
         texts = text_list(texts)
         table = self.query_weights.detach().float().cpu().numpy()
         indptr, indices, data = [0], [], []
-        with tqdm(total=len(texts), desc="encoding queries", unit="text", disable=not show_progress,
-                  leave=False) as progress:
+        with tqdm(
+            total=len(texts), desc="encoding queries", unit="text", disable=not show_progress, leave=False
+        ) as progress:
             for start in range(0, len(texts), batch_size):
-                for tokens in self.query_token_ids(texts[start:start + batch_size], max_length):
+                for tokens in self.query_token_ids(texts[start : start + batch_size], max_length):
                     distinct = np.unique(np.asarray(tokens, dtype=np.int64))
                     weights = table[distinct]
                     keep = weights != 0
                     indices.append(distinct[keep])
                     data.append(weights[keep])
                     indptr.append(indptr[-1] + int(keep.sum()))
-                progress.update(len(texts[start:start + batch_size]))
+                progress.update(len(texts[start : start + batch_size]))
         matrix = sp.csr_matrix(
-            (np.concatenate(data) if data else np.zeros(0, np.float32),
-             np.concatenate(indices) if indices else np.zeros(0, np.int64), np.asarray(indptr)),
-            shape=(len(texts), self.vocab_size), dtype=np.float32)
+            (
+                np.concatenate(data) if data else np.zeros(0, np.float32),
+                np.concatenate(indices) if indices else np.zeros(0, np.int64),
+                np.asarray(indptr),
+            ),
+            shape=(len(texts), self.vocab_size),
+            dtype=np.float32,
+        )
         return matrix if max_active_dims is None else keep_top_weights(matrix, max_active_dims)
 
     # ----------------------------------------------------------------- documents
@@ -339,22 +409,41 @@ class InferenceFreeEncoder(nn.Module):
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         return self.document_encoder.tokenize(texts, max_length)
 
-    def encode_document(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
-                        show_progress: bool = True, max_active_dims: int | None = None,
-                        ids: Sequence[str] | None = None) -> sp.csr_matrix:
+    def encode_document(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
         """Document vectors: the SPLADE document encoder (:meth:`SparseEncoder.encode`), optionally pruned to
         the ``max_active_dims`` heaviest weights per document."""
         check_max_active_dims(max_active_dims)
-        matrix = self.document_encoder.encode(texts, batch_size=batch_size, max_length=max_length,
-                                              show_progress=show_progress, ids=ids)
+        matrix = self.document_encoder.encode(
+            texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress, ids=ids
+        )
         return matrix if max_active_dims is None else keep_top_weights(matrix, max_active_dims)
 
-    def encode(self, texts: str | Sequence[str], batch_size: int = 32, max_length: int | None = None,
-               show_progress: bool = True, description: str = "encoding",
-               ids: Sequence[str] | None = None) -> sp.csr_matrix:
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        description: str = "encoding",
+        ids: Sequence[str] | None = None,
+    ) -> sp.csr_matrix:
         """Documents (the default route, as in sentence-transformers); queries: :meth:`encode_query`."""
-        return self.document_encoder.encode(texts, batch_size=batch_size, max_length=max_length,
-                                            show_progress=show_progress, description=description, ids=ids)
+        return self.document_encoder.encode(
+            texts,
+            batch_size=batch_size,
+            max_length=max_length,
+            show_progress=show_progress,
+            description=description,
+            ids=ids,
+        )
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
         return self.document_encoder.decode(row, top)

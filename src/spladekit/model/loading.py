@@ -34,14 +34,21 @@ def is_inference_free(path_or_id: str | Path) -> bool:
     return read_metadata(path).get("kind") == KIND
 
 
-def load_model(path_or_id: str | Path, trust_remote_code: bool = False, device: str | None = None,
-               max_length: int | None = None, pooling: str = "fused") -> RetrievalModel:
+def load_model(
+    path_or_id: str | Path,
+    trust_remote_code: bool = False,
+    device: str | None = None,
+    max_length: int | None = None,
+    pooling: str = "fused",
+) -> RetrievalModel:
     """The model in ``path_or_id``, as its kind (``max_length``: the document token limit)."""
     if is_inference_free(path_or_id):
-        return InferenceFreeEncoder.from_pretrained(path_or_id, trust_remote_code=trust_remote_code, device=device,
-                                                    max_length=max_length, pooling=pooling)
-    return SparseEncoder.from_pretrained(path_or_id, trust_remote_code=trust_remote_code, device=device,
-                                         max_length=max_length, pooling=pooling)
+        return InferenceFreeEncoder.from_pretrained(
+            path_or_id, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
+        )
+    return SparseEncoder.from_pretrained(
+        path_or_id, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
+    )
 
 
 def model_fingerprint(encoder: RetrievalModel) -> str:

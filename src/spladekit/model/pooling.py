@@ -119,9 +119,18 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
     """Autograd function behind :func:`splade_max_pool_fused` (saves B × V max logits and winners)."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                attention_mask: torch.Tensor, chunk_size: int, search_dtype: torch.dtype | None) -> torch.Tensor:
-        max_logits, winners = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True)
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        attention_mask: torch.Tensor,
+        chunk_size: int,
+        search_dtype: torch.dtype | None,
+    ) -> torch.Tensor:
+        max_logits, winners = _max_logits(
+            hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True
+        )
         ctx.save_for_backward(hidden, weight, attention_mask, max_logits, winners)
         ctx.has_bias = bias is not None
         return torch.log1p(torch.relu(max_logits))
@@ -150,7 +159,9 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         if need_hidden:
             by_row = _sparse(rows, term, grad, (batch * length, weight.shape[0]))
             raw = torch.sparse.mm(by_row, weight.detach().to(wide))
-            grad_hidden = _share_among_identical_rows(raw, flat, attention_mask).to(hidden.dtype).view(batch, length, width)
+            grad_hidden = (
+                _share_among_identical_rows(raw, flat, attention_mask).to(hidden.dtype).view(batch, length, width)
+            )
         if need_weight:
             zero_terms = ~weight.detach().any(dim=1)
             tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see _mean_rows)
@@ -159,15 +170,21 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
             grad_weight = torch.sparse.mm(by_term, flat.to(wide)).to(weight.dtype)
             if tied_everywhere.any():
                 means = _mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
-                grad_weight.index_add_(0, term[tied_everywhere],
-                                       (grad[tied_everywhere].unsqueeze(1) * means).to(weight.dtype))
+                grad_weight.index_add_(
+                    0, term[tied_everywhere], (grad[tied_everywhere].unsqueeze(1) * means).to(weight.dtype)
+                )
         if need_bias and ctx.has_bias:
             grad_bias = grad_logits.sum(0)
         return grad_hidden, grad_weight, grad_bias, None, None, None
 
 
-def _augmented(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
-               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _augmented(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Fold bias and padding into one matmul: rows ``[h, 1, 0]`` (token) or ``[0, 0, 1]`` (padding)
     against ``[W, b, pad]``, so a padded token's logit is exactly ``pad``.
 
@@ -184,8 +201,15 @@ def _augmented(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return tokens, terms
 
 
-def _block_max(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
-               chunk_size: int, dtype: torch.dtype, with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _block_max(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    chunk_size: int,
+    dtype: torch.dtype,
+    with_index: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per (text, term): the maximum logit over tokens (B × V, in ``dtype``) and, if asked, its token.
 
     The vocabulary is processed ``chunk_size`` rows at a time as a (chunk, B, L) block so the max runs
@@ -207,9 +231,15 @@ def _block_max(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return max_logits, winners
 
 
-def _max_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor,
-                chunk_size: int, search_dtype: torch.dtype | None,
-                with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _max_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    chunk_size: int,
+    search_dtype: torch.dtype | None,
+    with_index: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per (text, term) max logit (and winner) in the compute dtype (:func:`compute_dtype`), optionally
     screened in ``search_dtype``."""
     dtype = compute_dtype(hidden)
@@ -230,11 +260,20 @@ def compute_dtype(hidden: torch.Tensor) -> torch.dtype:
     return hidden.dtype
 
 
-def _screened_max_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         attention_mask: torch.Tensor, chunk_size: int, search_dtype: torch.dtype | None,
-                         with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    full_precision = (search_dtype is None or search_dtype == hidden.dtype
-                      or not screen_is_sound(hidden.device, search_dtype, hidden.shape[2] + 2))
+def _screened_max_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    chunk_size: int,
+    search_dtype: torch.dtype | None,
+    with_index: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    full_precision = (
+        search_dtype is None
+        or search_dtype == hidden.dtype
+        or not screen_is_sound(hidden.device, search_dtype, hidden.shape[2] + 2)
+    )
     if full_precision:
         return _block_max(hidden, weight, bias, attention_mask, chunk_size, hidden.dtype, with_index)
     assert search_dtype is not None  # for mypy: full_precision otherwise
@@ -253,8 +292,14 @@ def gamma(n: int, unit_roundoff: float) -> float:
     return n * unit_roundoff / (1 - n * unit_roundoff)
 
 
-def screen_candidates(screen: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                      attention_mask: torch.Tensor, search_dtype: torch.dtype) -> torch.Tensor:
+def screen_candidates(
+    screen: torch.Tensor,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    search_dtype: torch.dtype,
+) -> torch.Tensor:
     """B × V booleans: the (text, term) pairs whose max logit may be positive, given ``screen``, the max
     over tokens of the logits computed in ``search_dtype``. Every pair that the ``hidden.dtype`` path
     finds positive is kept (proof below); NaN screens are kept, so a broken model's NaN still shows.
@@ -282,8 +327,12 @@ def screen_candidates(screen: torch.Tensor, hidden: torch.Tensor, weight: torch.
     """
     n = hidden.shape[2] + 2
     u_s = torch.finfo(search_dtype).eps / 2
-    c = 2 * u_s + u_s**2 + gamma(n, ACCUMULATION_UNIT_ROUNDOFF) * (1 + u_s) ** 2 + gamma(
-        n, torch.finfo(hidden.dtype).eps / 2)
+    c = (
+        2 * u_s
+        + u_s**2
+        + gamma(n, ACCUMULATION_UNIT_ROUNDOFF) * (1 + u_s) ** 2
+        + gamma(n, torch.finfo(hidden.dtype).eps / 2)
+    )
     token_norms = torch.linalg.vector_norm(hidden.detach().float(), dim=2).masked_fill(attention_mask == 0, 0)
     text_norm = token_norms.amax(dim=1, keepdim=True)  # B × 1
     weight_norm = torch.linalg.vector_norm(weight.detach().float(), dim=1)  # V
@@ -300,8 +349,12 @@ def screen_candidates(screen: torch.Tensor, hidden: torch.Tensor, weight: torch.
 _SOUND_SCREENS: dict[tuple[str, int | None, torch.dtype, int], bool] = {}
 
 
-def screen_is_sound(device: torch.device, search_dtype: torch.dtype, width: int,
-                    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.matmul) -> bool:
+def screen_is_sound(
+    device: torch.device,
+    search_dtype: torch.dtype,
+    width: int,
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = torch.matmul,
+) -> bool:
     """Whether ``search_dtype`` matmuls of ``width`` entries on ``device`` meet :func:`screen_candidates`'
     error model: on a random 256 × 64 product of inputs already in ``search_dtype`` (so only accumulation
     and output rounding remain), every entry within u_s|ℓ̃| + γ_n(2^-24)·s of the exact (float64) value.
@@ -342,9 +395,15 @@ def _full_precision_reduction(device: torch.device) -> Iterator[None]:
         flags.allow_bf16_reduced_precision_reduction, flags.allow_fp16_reduced_precision_reduction = saved
 
 
-def _recompute_candidates(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          attention_mask: torch.Tensor, candidates: torch.Tensor, chunk_size: int,
-                          with_index: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _recompute_candidates(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    candidates: torch.Tensor,
+    chunk_size: int,
+    with_index: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Max (and winner) over all tokens, in ``hidden.dtype``, of each text's candidate terms; ``-inf``
     elsewhere. Texts are batched: each text's candidates come first in its row of ``order`` (padded with
     its other terms, computed and dropped), ``chunk_size`` of them per batched matmul."""

@@ -40,9 +40,15 @@ class RescaleRecord:
         return f"W_head / {self.k:g}, mode {self.mode}{origin}"
 
 
-def resolve_rescale(encoder: SparseEncoder, k: object, mode: str = "tied", rescale_bias: bool = False,
-                    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256,
-                    report: HeadReport | None = None) -> RescaleRecord:
+def resolve_rescale(
+    encoder: SparseEncoder,
+    k: object,
+    mode: str = "tied",
+    rescale_bias: bool = False,
+    pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS,
+    max_length: int = 256,
+    report: HeadReport | None = None,
+) -> RescaleRecord:
     """Resolve ``k`` (number, ``"auto"`` or None) and ``mode`` (tied, untie or ``"auto"``) for ``encoder``.
 
     ``report``: a diagnosis of ``encoder`` already made on ``pairs`` with this ``mode`` (the quickstart shows it

@@ -1,5 +1,6 @@
 """SPLADE training: configuration, losses, regularizers, the training loop, monitors, checkpoints, and mining
-hard negatives for it (``mining``). May import: ``common``, ``data``, ``model``, ``vectors``, ``index``, ``evaluation``."""
+hard negatives for it (``mining``).
+May import: ``common``, ``data``, ``model``, ``vectors``, ``index``, ``evaluation``."""
 
 from spladekit.train.config import TrainConfig, load_config
 from spladekit.train.loop import TrainingStopped, train

@@ -49,42 +49,65 @@ def checkpoints(output: Path) -> list[Path]:
     folder = Path(output) / "checkpoints"
     if not folder.is_dir():
         return []
-    found = [path for path in folder.iterdir() if path.is_dir() and path.name.startswith(PREFIX)
-             and path.name[len(PREFIX):].isdigit()]
-    return sorted(found, key=lambda path: int(path.name[len(PREFIX):]))
+    found = [
+        path
+        for path in folder.iterdir()
+        if path.is_dir() and path.name.startswith(PREFIX) and path.name[len(PREFIX) :].isdigit()
+    ]
+    return sorted(found, key=lambda path: int(path.name[len(PREFIX) :]))
 
 
 def non_finite_state(optimizer: torch.optim.Optimizer) -> int:
     """How many optimizer state tensors (AdamW moments…) hold NaN or inf."""
-    tensors = [value for state in optimizer.state.values() for value in state.values()
-               if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()]
+    tensors = [
+        value
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
+    ]
     if not tensors:
         return 0
     with torch.no_grad():
         return int((~torch.stack([torch.isfinite(value).all() for value in tensors])).sum())
 
 
-def save_checkpoint(output: Path, step: int, encoder: RetrievalModel, optimizer: torch.optim.Optimizer,
-                    scheduler: torch.optim.lr_scheduler.LRScheduler, keep: int) -> Path:
+def save_checkpoint(
+    output: Path,
+    step: int,
+    encoder: RetrievalModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    keep: int,
+) -> Path:
     """Write ``checkpoints/step-NNNNNNNN`` atomically and drop all but the newest ``keep``; NaN/inf weights or
     optimizer state are refused (SpladekitError) before anything is written or dropped."""
     target = Path(output) / "checkpoints" / f"{PREFIX}{step:08d}"
     encoder.check_finite(f"checkpoint at step {step} not written")
     damaged = non_finite_state(optimizer)
     if damaged:
-        raise SpladekitError(f"checkpoint at step {step} not written: {damaged} optimizer state tensor(s) hold NaN or inf")
+        raise SpladekitError(
+            f"checkpoint at step {step} not written: {damaged} optimizer state tensor(s) hold NaN or inf"
+        )
     with atomic_directory(target, overwrite=True) as staging:
         encoder.save(staging / "model")
-        torch.save({"step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "rng": rng_state()}, staging / "state.pt")
+        torch.save(
+            {
+                "step": step,
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": rng_state(),
+            },
+            staging / "state.pt",
+        )
         (staging / "state.json").write_text(json.dumps({"step": step}) + "\n")
     for old in checkpoints(output)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target
 
 
-def load_training_state(checkpoint: Path, optimizer: torch.optim.Optimizer,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler) -> int:
+def load_training_state(
+    checkpoint: Path, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler
+) -> int:
     """Restore optimizer, scheduler and RNG states; return the step the checkpoint was taken after.
 
     A damaged, foreign or mismatched ``state.pt`` is an :class:`InputError` naming it (nothing is restored
@@ -93,8 +116,12 @@ def load_training_state(checkpoint: Path, optimizer: torch.optim.Optimizer,
     with reading(path, "training state", RuntimeError, pickle.UnpicklingError):  # damaged, foreign or missing file
         state = torch.load(path, weights_only=True, map_location="cpu")
     kinds = {"optimizer": dict, "scheduler": dict, "rng": dict, "step": int}
-    if not isinstance(state, dict) or any(not isinstance(state.get(key), kind) for key, kind in kinds.items()) \
-            or isinstance(state["step"], bool) or not isinstance(state["rng"].get("torch"), torch.Tensor):
+    if (
+        not isinstance(state, dict)
+        or any(not isinstance(state.get(key), kind) for key, kind in kinds.items())
+        or isinstance(state["step"], bool)
+        or not isinstance(state["rng"].get("torch"), torch.Tensor)
+    ):
         raise InputError("not a spladekit training state (expected step, optimizer, scheduler and rng states)", path)
     with reading(path, "training state (does not fit this run's optimizer)", RuntimeError):
         optimizer.load_state_dict(state["optimizer"])

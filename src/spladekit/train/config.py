@@ -37,7 +37,9 @@ class BackboneConfig:
 
 @dataclass
 class ModelConfig:
-    kind: Literal["splade", "inference-free"] = "splade"  # inference-free: queries = a per-token weight table (IDF init)
+    kind: Literal["splade", "inference-free"] = (
+        "splade"  # inference-free: queries = a per-token weight table (IDF init)
+    )
     query_weights_lr: float = allowed(1e-3, minimum=0, exclusive=True)  # inference-free: the table's learning rate
     freeze_query_weights: bool = False  # inference-free: keep the IDF table as initialised
 
@@ -69,7 +71,9 @@ class OptimizationConfig:
     batch_size: int = allowed(8, minimum=1)  # queries per optimizer step, over all micro-batches and all processes
     accumulation: int = allowed(1, minimum=1)  # micro-batches per step (exact: see train/loop.py)
     lr: float = allowed(2e-5, minimum=0, exclusive=True)
-    weight_decay: float = allowed(0.01, minimum=0)  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
+    weight_decay: float = allowed(
+        0.01, minimum=0
+    )  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
     decay_embeddings: bool = True  # also decay the input embeddings (= the head when tied)
     warmup_steps: int = allowed(100, minimum=0)
     max_grad_norm: float | None = allowed(1.0, minimum=0, exclusive=True)  # None: no clipping
@@ -85,7 +89,9 @@ class LoggingConfig:
     plots: bool = True
     stop_on_collapse: bool = False
     collapse_patience: int = allowed(5, minimum=1)  # consecutive logs before a collapse is declared
-    explosion_factor: float = allowed(10.0, minimum=1, exclusive=True)  # loss > factor × its lowest logged value = explosion
+    explosion_factor: float = allowed(
+        10.0, minimum=1, exclusive=True
+    )  # loss > factor × its lowest logged value = explosion
 
 
 @dataclass
@@ -127,7 +133,9 @@ def _all_keys(cls: Any, prefix: str = "") -> list[str]:
 
 
 def _unknown_key(key: str, source: str | None, candidates: list[str] | None = None) -> SpladekitError:
-    close = difflib.get_close_matches(key, _all_keys(TrainConfig) if candidates is None else candidates, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(
+        key, _all_keys(TrainConfig) if candidates is None else candidates, n=1, cutoff=0.5
+    )
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return InputError(f"unknown config key {key!r}{hint}", source)
 
@@ -159,7 +167,11 @@ def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
                     pass
         elif option in (str, list) and isinstance(value, option):
             return value
-    names = [getattr(option, "__name__", str(option)) for option in type_options(hint) if typing.get_origin(option) is not Literal]
+    names = [
+        getattr(option, "__name__", str(option))
+        for option in type_options(hint)
+        if typing.get_origin(option) is not Literal
+    ]
     expected = " or ".join([repr(c) for c in choices] + [n.replace("NoneType", "null") for n in names])
     close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
     hint_text = f" (did you mean {close[0]!r}?)" if close else ""
@@ -169,8 +181,11 @@ def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
 def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> Any:
     """``cls`` from a mapping read from YAML: unknown keys, types and declared ranges checked, key by key."""
     if not isinstance(values, dict):
-        raise InputError(f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping, "
-                         f"got {type(values).__name__} {values!r:.60}", source)
+        raise InputError(
+            f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping, "
+            f"got {type(values).__name__} {values!r:.60}",
+            source,
+        )
     hints = typing.get_type_hints(cls)
     fields = {item.name: item for item in dataclasses.fields(cls)}
     for key in values:
@@ -226,8 +241,9 @@ def read_yaml(path: Path, what: str = "file") -> Any:
         return {} if values is None else values
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
-        raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", path,
-                         None if mark is None else mark.line + 1) from None
+        raise InputError(
+            f"not valid YAML: {getattr(error, 'problem', error)}", path, None if mark is None else mark.line + 1
+        ) from None
 
 
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
@@ -240,8 +256,11 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
         values = read_yaml(path, "config file")
         if not isinstance(values, dict):
             kind = {"list": "a list", "bool": "a boolean", "str": "a string"}.get(type(values).__name__, "a number")
-            raise InputError(f"a training config is a mapping of sections (backbone:, data:, optimization: …); "
-                             f"this file holds {kind}", source)
+            raise InputError(
+                f"a training config is a mapping of sections (backbone:, data:, optimization: …); "
+                f"this file holds {kind}",
+                source,
+            )
     for assignment in overrides:
         apply_override(values, assignment)
     return config_from_dict(values, source)
@@ -268,11 +287,15 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         try:
             parse_k(config.rescale.k, allow_auto=True)  # the one rule for k
         except SpladekitError:
-            fail(f"config key 'rescale.k': expected a positive finite number or 'auto' or null (no rescaling), "
-                 f"got {config.rescale.k!r}")
+            fail(
+                f"config key 'rescale.k': expected a positive finite number or 'auto' or null (no rescaling), "
+                f"got {config.rescale.k!r}"
+            )
     if config.optimization.batch_size % config.optimization.accumulation:
-        fail(f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
-             f"optimization.accumulation ({config.optimization.accumulation})")
+        fail(
+            f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
+            f"optimization.accumulation ({config.optimization.accumulation})"
+        )
     if config.model.kind == "splade" and config.model.freeze_query_weights:
         fail("model.freeze_query_weights applies to model.kind 'inference-free' (a query weight table)")
     if config.evaluation.data is None and config.evaluation.every is not None:
@@ -281,17 +304,23 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
     if distillation and data.teacher is None:
         fail(f"loss.name {config.loss.name!r} distills teacher scores: set data.teacher")
     if not distillation and data.teacher is not None:
-        fail("data.teacher is set but loss.name 'infonce' does not use teacher scores "
-             "(use 'margin_mse' or 'kl', or remove data.teacher)")
+        fail(
+            "data.teacher is set but loss.name 'infonce' does not use teacher scores "
+            "(use 'margin_mse' or 'kl', or remove data.teacher)"
+        )
     if data.teacher is not None and data.format in ("triplets", "hf"):
-        fail(f"data.format {data.format!r} holds texts without ids, so teacher scores (keyed by qid, pid) "
-             "cannot be matched; use 'id_triplets', 'hard_negatives' or 'ir_datasets'")
+        fail(
+            f"data.format {data.format!r} holds texts without ids, so teacher scores (keyed by qid, pid) "
+            "cannot be matched; use 'id_triplets', 'hard_negatives' or 'ir_datasets'"
+        )
     needs_files = data.format in ("id_triplets", "hard_negatives")
     if needs_files and (data.queries is None or data.collection is None):
         fail(f"data.format {data.format!r} needs data.queries and data.collection")
     if not needs_files and (data.queries is not None or data.collection is not None):
-        fail(f"data.queries / data.collection are only used with data.format 'id_triplets' or 'hard_negatives', "
-             f"not {data.format!r}")
+        fail(
+            f"data.queries / data.collection are only used with data.format 'id_triplets' or 'hard_negatives', "
+            f"not {data.format!r}"
+        )
     if data.negative_systems is not None and data.format != "hard_negatives":
         fail("data.negative_systems only applies to data.format 'hard_negatives'")
     if data.teacher_format == "ce_scores" and data.format != "hard_negatives":

@@ -114,13 +114,21 @@ class LogWindow:
         self.steps += 1
         self.loss += result.loss
         self.ranking_loss += result.parts["ranking_loss"]
-        self.examples, self.tokens, self.seconds = self.examples + examples, self.tokens + result.tokens, self.seconds + seconds
+        self.examples, self.tokens, self.seconds = (
+            self.examples + examples,
+            self.tokens + result.tokens,
+            self.seconds + seconds,
+        )
 
     def summary(self) -> dict[str, float]:
         """Window means (``loss_mean``, ``ranking_loss_mean``) and rates (``examples_per_s``, ``tokens_per_s``:
         real, non-padding tokens through this process's backbone)."""
-        return {"loss_mean": self.loss / self.steps, "ranking_loss_mean": self.ranking_loss / self.steps,
-                "examples_per_s": self.examples / self.seconds, "tokens_per_s": self.tokens / self.seconds}
+        return {
+            "loss_mean": self.loss / self.steps,
+            "ranking_loss_mean": self.ranking_loss / self.steps,
+            "examples_per_s": self.examples / self.seconds,
+            "tokens_per_s": self.tokens / self.seconds,
+        }
 
 
 @dataclass
@@ -157,8 +165,9 @@ class Training:
 
 
 # ------------------------------------------------------------------------------------------ the loop
-def train(config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False,
-          device: str | None = "auto") -> TrainedRun:
+def train(
+    config: TrainConfig, output: str | Path, resume: bool = False, overwrite: bool = False, device: str | None = "auto"
+) -> TrainedRun:
     """Train a SPLADE model into ``output`` (``model/`` with its card, ``metrics.jsonl``, ``config.yaml``,
     ``initial_head.json``, ``plots/``, ``checkpoints/``); ``config`` is not modified, the resolved one is
     returned. Run under ``torchrun`` for several processes. ``device``: see
@@ -180,8 +189,10 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
                 return _train(config, output, resume, overwrite, processes, place)
             except BaseException as error:
                 if place is not None and place.put_back:
-                    note = (f"this run's files are discarded and the previous run in {output} is put back "
-                            "(--overwrite replaces a run only when the new one completes)")
+                    note = (
+                        f"this run's files are discarded and the previous run in {output} is put back "
+                        "(--overwrite replaces a run only when the new one completes)"
+                    )
                     if isinstance(error, TrainingStopped):
                         raise TrainingStopped(f"{error}; {note}") from None
                     logger.warning("training failed: %s", note)
@@ -190,8 +201,14 @@ def train(config: TrainConfig, output: str | Path, resume: bool = False, overwri
         distributed.teardown(processes)
 
 
-def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
-           processes: distributed.Processes, place: InPlace | None) -> TrainedRun:
+def _train(
+    config: TrainConfig,
+    output: Path,
+    resume: bool,
+    overwrite: bool,
+    processes: distributed.Processes,
+    place: InPlace | None,
+) -> TrainedRun:
     run = start(config, output, resume, overwrite, processes, place)
     opt, settings = run.config.optimization, StepSettings.of(run.config)
     try:
@@ -199,8 +216,14 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
             began = time.perf_counter()
             examples = run.training_set.batch(step, opt.batch_size, settings.negatives, run.config.seed)
             lambdas = regularization_weights(step, run.config.regularizer)
-            result = forward_backward(run.encoder, split_batch(examples, opt.accumulation, processes),
-                                      teacher_scores(examples, processes.device), lambdas, settings, processes)
+            result = forward_backward(
+                run.encoder,
+                split_batch(examples, opt.accumulation, processes),
+                teacher_scores(examples, processes.device),
+                lambdas,
+                settings,
+                processes,
+            )
             grad_norm, lr = update(run, step, result.loss)
             run.window.add(result, opt.batch_size, time.perf_counter() - began)
             log_step(run, step, result, lambdas, grad_norm, lr)
@@ -213,14 +236,22 @@ def _train(config: TrainConfig, output: Path, resume: bool, overwrite: bool,
 
 
 # ------------------------------------------------------------------------------------------ set-up
-def start(config: TrainConfig, output: Path, resume: bool, overwrite: bool, processes: distributed.Processes,
-          place: InPlace | None) -> Training:
+def start(
+    config: TrainConfig,
+    output: Path,
+    resume: bool,
+    overwrite: bool,
+    processes: distributed.Processes,
+    place: InPlace | None,
+) -> Training:
     """Everything before step 1: the output checked, the data read, the encoder built (or loaded from the newest
     checkpoint), the optimizer, schedule, logs and collapse detector (a resumed run's picks up where it stopped)."""
     opt, log = config.optimization, config.logging
     if opt.batch_size % (opt.accumulation * processes.world_size):
-        raise SpladekitError(f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
-                             f"processes ({opt.accumulation} × {processes.world_size})")
+        raise SpladekitError(
+            f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
+            f"processes ({opt.accumulation} × {processes.world_size})"
+        )
     checkpoint = prepare_output(output, config, resume, overwrite) if processes.main else None
     distributed.barrier(processes)
     if not processes.main and resume:
@@ -242,8 +273,9 @@ def start(config: TrainConfig, output: Path, resume: bool, overwrite: bool, proc
         encoder, config, rescaling = resumed_encoder(checkpoint, config, output)
         initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
-    optimizer = torch.optim.AdamW(parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings,
-                                                   config.model.query_weights_lr), lr=opt.lr)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings, config.model.query_weights_lr), lr=opt.lr
+    )
     scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
     first = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
     evaluated = processes.main and config.evaluation.data
@@ -251,30 +283,49 @@ def start(config: TrainConfig, output: Path, resume: bool, overwrite: bool, proc
     for logged in read_metrics(output) if first else []:
         if logged["step"] <= first:
             collapse.update(logged)
-    return Training(config, output, processes, training_set, encoder, rescaling, initial_head, optimizer, scheduler,
-                    first, metrics=MetricsLog(output, resume_step=first) if processes.main else None,
-                    evaluations=MetricsLog(output, first, EVALUATION_FILE) if evaluated else None, collapse=collapse,
-                    progress=tqdm(total=opt.steps, initial=first, desc="training", unit="step",
-                                  disable=not (processes.main and log.progress)))
+    return Training(
+        config,
+        output,
+        processes,
+        training_set,
+        encoder,
+        rescaling,
+        initial_head,
+        optimizer,
+        scheduler,
+        first,
+        metrics=MetricsLog(output, resume_step=first) if processes.main else None,
+        evaluations=MetricsLog(output, first, EVALUATION_FILE) if evaluated else None,
+        collapse=collapse,
+        progress=tqdm(
+            total=opt.steps, initial=first, desc="training", unit="step", disable=not (processes.main and log.progress)
+        ),
+    )
 
 
-def resumed_encoder(checkpoint: Path, config: TrainConfig, output: Path) -> tuple[RetrievalModel, TrainConfig,
-                                                                                      RescaleRecord]:
+def resumed_encoder(
+    checkpoint: Path, config: TrainConfig, output: Path
+) -> tuple[RetrievalModel, TrainConfig, RescaleRecord]:
     """The checkpoint's model, and the rescaling the run started with ("auto" was resolved then)."""
     encoder = load_model(checkpoint / MODEL_FOLDER, trust_remote_code=config.backbone.trust_remote_code)
     if isinstance(encoder, InferenceFreeEncoder):
         encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
     saved = load_config(output / CONFIG_FILE).rescale
-    rescaling = (RescaleRecord(None, "none") if saved.k is None
-                 else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias))
+    rescaling = (
+        RescaleRecord(None, "none")
+        if saved.k is None
+        else RescaleRecord(float(saved.k), saved.mode, saved.rescale_bias)
+    )
     return encoder, dataclasses.replace(config, rescale=saved), rescaling
 
 
 # ------------------------------------------------------------------------------------------ a step's parts
 def regularization_weights(step: int, regularizer: RegularizerConfig) -> tuple[float, float]:
     """(λ_q, λ_d) at ``step``: each grows quadratically to its value over the regularizer's warm-up."""
-    return (lambda_at(step, regularizer.lambda_q, regularizer.warmup_steps),
-            lambda_at(step, regularizer.lambda_d, regularizer.warmup_steps))
+    return (
+        lambda_at(step, regularizer.lambda_q, regularizer.warmup_steps),
+        lambda_at(step, regularizer.lambda_d, regularizer.warmup_steps),
+    )
 
 
 def update(run: Training, step: int, loss: float) -> tuple[float, float]:
@@ -286,27 +337,34 @@ def update(run: Training, step: int, loss: float) -> tuple[float, float]:
     distributed.average_gradients(parameters, run.processes)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(parameters, opt.max_grad_norm or math.inf))
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        raise TrainingStopped(f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
-                              f"the model was not updated. {_last_good(run.output)}")
+        raise TrainingStopped(
+            f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {step}; "
+            f"the model was not updated. {_last_good(run.output)}"
+        )
     lr = float(run.scheduler.get_last_lr()[0])
     try:
         run.optimizer.step()
     except RuntimeError as error:  # AdamW's step size (lr / bias correction) beyond float range
         if "overflow" not in str(error):
             raise
-        raise TrainingStopped(f"the update of step {step} overflowed ({error}; learning rate {lr:g}); "
-                              f"nothing was saved. {_last_good(run.output)}") from None
+        raise TrainingStopped(
+            f"the update of step {step} overflowed ({error}; learning rate {lr:g}); "
+            f"nothing was saved. {_last_good(run.output)}"
+        ) from None
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     damaged = non_finite_weights(run.encoder)
     if damaged:
-        raise TrainingStopped(f"non-finite weights after the update of step {step} ({', '.join(damaged[:3])}"
-                              f"{' …' if len(damaged) > 3 else ''}); nothing was saved. {_last_good(run.output)}")
+        raise TrainingStopped(
+            f"non-finite weights after the update of step {step} ({', '.join(damaged[:3])}"
+            f"{' …' if len(damaged) > 3 else ''}); nothing was saved. {_last_good(run.output)}"
+        )
     return grad_norm, lr
 
 
-def log_step(run: Training, step: int, result: StepResult, lambdas: tuple[float, float], grad_norm: float,
-             lr: float) -> None:
+def log_step(
+    run: Training, step: int, result: StepResult, lambdas: tuple[float, float], grad_norm: float, lr: float
+) -> None:
     """The progress bar; every ``logging.every`` steps (and the last) a ``metrics.jsonl`` record — the step's
     values, the window's means and rates — and the collapse check (a stop with ``stop_on_collapse``)."""
     parts = result.parts
@@ -315,8 +373,17 @@ def log_step(run: Training, step: int, result: StepResult, lambdas: tuple[float,
     log = run.config.logging
     if step % log.every and step != run.config.optimization.steps:
         return
-    record = {"step": step, "loss": result.loss, **parts, "lambda_q": lambdas[0], "lambda_d": lambdas[1],
-              **weight_norms(run.encoder), "grad_norm": grad_norm, "lr": lr, **run.window.summary()}
+    record = {
+        "step": step,
+        "loss": result.loss,
+        **parts,
+        "lambda_q": lambdas[0],
+        "lambda_d": lambdas[1],
+        **weight_norms(run.encoder),
+        "grad_norm": grad_norm,
+        "lr": lr,
+        **run.window.summary(),
+    }
     run.window = LogWindow()
     found = run.collapse.update(record)
     if run.metrics is not None:
@@ -343,8 +410,11 @@ def periodic_work(run: Training, step: int) -> None:
 def finish(run: Training) -> None:
     """Save the trained model with its full model card: the recipe, the head it started from, the evaluations."""
     if run.processes.main:
-        run.encoder.save(run.output / MODEL_FOLDER, training=recipe(run.config, run.initial_head),
-                         evaluation=logged_evaluations(run.output))
+        run.encoder.save(
+            run.output / MODEL_FOLDER,
+            training=recipe(run.config, run.initial_head),
+            evaluation=logged_evaluations(run.output),
+        )
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -352,20 +422,33 @@ def weight_norms(encoder: RetrievalModel) -> dict[str, float | None]:
     """What rescaling moved, tracked over training: the head's Frobenius and mean row norm, its bias mean and
     spread, and the word / position embedding norms (:func:`spladekit.model.head.embedding_norms`)."""
     head = head_norms(encoder.model)
-    return {"head_norm": head["frobenius_norm"], "head_mean_row_norm": head["mean_row_norm"],
-            "bias_mean": head["bias_mean"], "bias_std": head["bias_std"], **embedding_norms(encoder.model)}
+    return {
+        "head_norm": head["frobenius_norm"],
+        "head_mean_row_norm": head["mean_row_norm"],
+        "bias_mean": head["bias_mean"],
+        "bias_std": head["bias_std"],
+        **embedding_norms(encoder.model),
+    }
 
 
 def recipe(config: TrainConfig, initial_head: HeadReport | None) -> dict:
     """The model card's training section: the settings that define the run, and the initial head norms."""
-    recipe: dict[str, object] = {"loss": config.loss.name, "regularizer": config.regularizer.name,
-              "lambda_q": config.regularizer.lambda_q, "lambda_d": config.regularizer.lambda_d,
-              "steps": config.optimization.steps, "batch_size": config.optimization.batch_size,
-              "lr": config.optimization.lr, "training data": config.data.path, "rescale_k": config.rescale.k,
-              "rescale_mode": config.rescale.mode if config.rescale.k is not None else "none"}
+    recipe: dict[str, object] = {
+        "loss": config.loss.name,
+        "regularizer": config.regularizer.name,
+        "lambda_q": config.regularizer.lambda_q,
+        "lambda_d": config.regularizer.lambda_d,
+        "steps": config.optimization.steps,
+        "batch_size": config.optimization.batch_size,
+        "lr": config.optimization.lr,
+        "training data": config.data.path,
+        "rescale_k": config.rescale.k,
+        "rescale_mode": config.rescale.mode if config.rescale.k is not None else "none",
+    }
     if initial_head is not None:
-        recipe["initial_head_norms"] = {key: getattr(initial_head, key)
-                                        for key in ("frobenius_norm", "mean_row_norm", "max_row_norm")}
+        recipe["initial_head_norms"] = {
+            key: getattr(initial_head, key) for key in ("frobenius_norm", "mean_row_norm", "max_row_norm")
+        }
     return recipe
 
 
@@ -385,9 +468,20 @@ def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log:
     """Evaluate the model as it is now with :func:`spladekit.evaluation.evaluate.evaluate_data` and log it."""
     setting = config.evaluation
     assert setting.data is not None  # called only when evaluation.data is set
-    result = evaluate_data(encoder, setting.data, split=setting.split, batch_size=setting.batch_size,
-                           max_length=setting.max_length or config.data.doc_max_length,
-                           max_active_dims=setting.max_active_dims, cache=False, show_progress=False)
+    result = evaluate_data(
+        encoder,
+        setting.data,
+        split=setting.split,
+        batch_size=setting.batch_size,
+        max_length=setting.max_length or config.data.doc_max_length,
+        max_active_dims=setting.max_active_dims,
+        cache=False,
+        show_progress=False,
+    )
     log.write({"step": step, **result.to_dict()})
-    logger.info("step %d: evaluation on %s: %s", step, setting.data,
-                ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()))
+    logger.info(
+        "step %d: evaluation on %s: %s",
+        step,
+        setting.data,
+        ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()),
+    )

@@ -20,7 +20,9 @@ def _own_scores(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor) -> torch.Tens
     return torch.cat([positive, negatives], dim=1)
 
 
-def in_batch_nll(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None = None) -> torch.Tensor:
+def in_batch_nll(
+    q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None = None
+) -> torch.Tensor:
     """InfoNCE over in-batch positives + own hard negatives (SPLADE's ``InBatchPairwiseNLL``).
 
     For query i with positive p_i, the B positives of the batch and its own K negatives n_ik:
@@ -59,4 +61,8 @@ def kl_distillation(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: 
 
 
 # (q, p, n, teacher) -> loss; teacher is None only for infonce (the distillation losses need it)
-LOSSES: dict[str, Callable[..., torch.Tensor]] = {"infonce": in_batch_nll, "margin_mse": margin_mse, "kl": kl_distillation}
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {
+    "infonce": in_batch_nll,
+    "margin_mse": margin_mse,
+    "kl": kl_distillation,
+}

@@ -61,12 +61,15 @@ logger = logging.getLogger("spladekit")
 
 TRIPLETS, HARD_NEGATIVES = "triplets", "hard_negatives"
 FORMATS = (TRIPLETS, HARD_NEGATIVES)
-HARD_NEGATIVES_FILE, QUERIES_FILE, CORPUS_FILE, SUMMARY_FILE = ("hard-negatives.jsonl", "queries.jsonl",
-                                                                "corpus.jsonl", "mining.json")
+HARD_NEGATIVES_FILE, QUERIES_FILE, CORPUS_FILE, SUMMARY_FILE = (
+    "hard-negatives.jsonl",
+    "queries.jsonl",
+    "corpus.jsonl",
+    "mining.json",
+)
 TRIPLETS_FILE = "triplets-train.tsv"  # what quickstart looks for in a data folder, and mines when absent
 QUERY_BATCH = 1024
 _LINE_BREAKING = re.compile(r"[\t\r\n]")
-
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,9 @@ class MiningSettings:
     def check(self) -> None:
         first, last = self.rank_range
         if not 1 <= first <= last:
-            raise SpladekitError(f"rank range must be A:B with 1 <= A <= B (1-based ranks, both included), got {first}:{last}")
+            raise SpladekitError(
+                f"rank range must be A:B with 1 <= A <= B (1-based ranks, both included), got {first}:{last}"
+            )
         if self.negatives < 1:
             raise SpladekitError(f"negatives must be >= 1, got {self.negatives}")
         if not (0 < self.k1 < float("inf")) or not 0 <= self.b <= 1:
@@ -109,7 +114,9 @@ def parse_rank_range(text: str) -> tuple[int, int]:
             raise ValueError
         return int(first), int(last)
     except ValueError:
-        raise SpladekitError(f"rank range must be A:B (1-based ranks, both included, e.g. 1:30), got {text!r}") from None
+        raise SpladekitError(
+            f"rank range must be A:B (1-based ranks, both included, e.g. 1:30), got {text!r}"
+        ) from None
 
 
 # ----------------------------------------------------------------------------------------- the split
@@ -119,12 +126,17 @@ def load_training_collection(data: str | Path, split: str = "train") -> Collecti
     if not is_local(data) and not is_hf_dataset_id(str(data)):
         resolved = resolve_ir_dataset_id(str(data), split)
         if split not in resolved.split("/"):
-            raise SpladekitError(f"ir_datasets {resolved!r} has no {split!r} split (mining reads a training split: "
-                                 f"name an id with one, e.g. beir/scifact/train)")
+            raise SpladekitError(
+                f"ir_datasets {resolved!r} has no {split!r} split (mining reads a training split: "
+                f"name an id with one, e.g. beir/scifact/train)"
+            )
     collection = load_collection(data, split)
     if (Path(data) / "corpus").is_dir() if is_local(data) else is_hf_dataset_id(str(data)):
-        logger.warning("%s: the Hugging Face corpus/queries/qrels layout has one set of judgments, not splits; "
-                       "mining uses them all", collection.name)
+        logger.warning(
+            "%s: the Hugging Face corpus/queries/qrels layout has one set of judgments, not splits; "
+            "mining uses them all",
+            collection.name,
+        )
     return collection
 
 
@@ -161,9 +173,12 @@ def training_queries(collection: Collection, split: str, exclude_judged: bool) -
         missing = [doc for doc in documents if doc not in row_of]
         if missing:
             where, line = _qrels_line(collection, split, query_id, missing[0])
-            raise InputError(f"judgment of query {query_id!r} names document {missing[0]!r}, which is not in the "
-                             f"corpus ({sum(d not in row_of for docs in judged.values() for d in docs)} such judgments)",
-                             where, line)
+            raise InputError(
+                f"judgment of query {query_id!r} names document {missing[0]!r}, which is not in the "
+                f"corpus ({sum(d not in row_of for docs in judged.values() for d in docs)} such judgments)",
+                where,
+                line,
+            )
         if query_id not in query_ids:
             where, line = _qrels_line(collection, split, query_id, next(iter(documents)))
             raise InputError(f"judged query {query_id!r} is not in the queries", where, line)
@@ -192,8 +207,9 @@ def model_ranker(collection: Collection, settings: MiningSettings, show_progress
 
     encoder = SparseEncoder.from_pretrained(str(settings.model), trust_remote_code=settings.trust_remote_code)
     max_length = settings.max_length or encoder.max_length
-    documents, _ = encode_corpus(encoder, collection.corpus, max_length, settings.batch_size, cache=True,
-                                 show_progress=show_progress)
+    documents, _ = encode_corpus(
+        encoder, collection.corpus, max_length, settings.batch_size, cache=True, show_progress=show_progress
+    )
     searcher = build_index(documents.matrix, "exact")
     del documents
 
@@ -221,22 +237,30 @@ def draw(candidates: list[int], count: int, seed: int, position: int, j: int) ->
     return tuple(candidates[int(i)] for i in picks)
 
 
-def mine(queries: list[TrainingQuery], rank: Ranker, n_docs: int, settings: MiningSettings, per_positive: bool,
-         show_progress: bool = True) -> Iterator[Mined]:
+def mine(
+    queries: list[TrainingQuery],
+    rank: Ranker,
+    n_docs: int,
+    settings: MiningSettings,
+    per_positive: bool,
+    show_progress: bool = True,
+) -> Iterator[Mined]:
     """Mined negatives of each query, in order (see the module docstring); ``per_positive``: one draw per
     positive (triplets), else one per query, listed in rank order (hard_negatives)."""
     first, last = settings.rank_range
     depth = min(last, n_docs)
     with tqdm(total=len(queries), desc=f"mining ({settings.system})", unit="query", disable=not show_progress) as bar:
         for start in range(0, len(queries), QUERY_BATCH):
-            batch = queries[start:start + QUERY_BATCH]
+            batch = queries[start : start + QUERY_BATCH]
             rows, scores = rank([query.text for query in batch], depth)
             for query, hits, values in zip(batch, rows, scores):
-                ranked = hits[first - 1:][(values[first - 1:] > 0) & (hits[first - 1:] >= 0)]
+                ranked = hits[first - 1 :][(values[first - 1 :] > 0) & (hits[first - 1 :] >= 0)]
                 candidates = [int(row) for row in ranked if int(row) not in query.excluded]
                 if per_positive:
-                    draws = tuple(draw(candidates, settings.negatives, settings.seed, query.position, j)
-                                  for j in range(1, len(query.positives) + 1))
+                    draws = tuple(
+                        draw(candidates, settings.negatives, settings.seed, query.position, j)
+                        for j in range(1, len(query.positives) + 1)
+                    )
                 else:
                     rank_order = {row: place for place, row in enumerate(candidates)}
                     chosen = draw(candidates, settings.negatives, settings.seed, query.position, 0)
@@ -269,8 +293,9 @@ def write_triplets(mined: Iterator[Mined], texts: list[str], wanted: int, stream
     return counts
 
 
-def write_hard_negatives(mined: Iterator[Mined], collection: Collection, wanted: int, system: str,
-                         folder: Path) -> dict[str, int]:
+def write_hard_negatives(
+    mined: Iterator[Mined], collection: Collection, wanted: int, system: str, folder: Path
+) -> dict[str, int]:
     """``hard-negatives.jsonl``, ``queries.jsonl`` and ``corpus.jsonl`` (the documents named) into ``folder``;
     returns the counts (``short``: queries that got fewer than ``wanted`` negatives)."""
     counts = {"queries": 0, "pairs": 0, "lines": 0, "queries_without_negatives": 0, "short": 0}
@@ -287,27 +312,41 @@ def write_hard_negatives(mined: Iterator[Mined], collection: Collection, wanted:
             counts["short"] += len(negatives) < wanted
             counts["lines"] += 1
             named.update(item.query.positives + negatives)
-            record = {"qid": item.query.query_id, "pos": [corpus_ids[row] for row in item.query.positives],
-                      "neg": {system: [corpus_ids[row] for row in negatives]}}
+            record = {
+                "qid": item.query.query_id,
+                "pos": [corpus_ids[row] for row in item.query.positives],
+                "neg": {system: [corpus_ids[row] for row in negatives]},
+            }
             lines.write(json.dumps(record, ensure_ascii=False) + "\n")
             queries.write(json.dumps({"_id": item.query.query_id, "text": item.query.text}, ensure_ascii=False) + "\n")
     with atomic_file(folder / CORPUS_FILE) as documents:
         for row in sorted(named):
-            documents.write(json.dumps({"_id": corpus_ids[row], "text": collection.corpus.texts[row]},
-                                       ensure_ascii=False) + "\n")
+            documents.write(
+                json.dumps({"_id": corpus_ids[row], "text": collection.corpus.texts[row]}, ensure_ascii=False) + "\n"
+            )
     return counts
 
 
 def hard_negatives_data(folder: str | Path) -> list[str]:
     """The ``--set`` assignments that make ``train`` read a mined hard_negatives folder."""
     folder = Path(folder)
-    return ["data.format=hard_negatives", f"data.path={folder / HARD_NEGATIVES_FILE}",
-            f"data.queries={folder / QUERIES_FILE}", f"data.collection={folder / CORPUS_FILE}"]
+    return [
+        "data.format=hard_negatives",
+        f"data.path={folder / HARD_NEGATIVES_FILE}",
+        f"data.queries={folder / QUERIES_FILE}",
+        f"data.collection={folder / CORPUS_FILE}",
+    ]
 
 
-def mine_training_data(data: str | Path, output: str | Path, layout: str = TRIPLETS,
-                       settings: MiningSettings | None = None, split: str = "train", overwrite: bool = False,
-                       show_progress: bool = True) -> dict:
+def mine_training_data(
+    data: str | Path,
+    output: str | Path,
+    layout: str = TRIPLETS,
+    settings: MiningSettings | None = None,
+    split: str = "train",
+    overwrite: bool = False,
+    show_progress: bool = True,
+) -> dict:
     """Mine ``data``'s ``split`` into ``output`` (a TSV file for ``triplets``, a folder for ``hard_negatives``);
     returns the settings, counts and timings. Everything is checked before the retrieval; on any error
     nothing is written."""
@@ -331,21 +370,37 @@ def mine_training_data(data: str | Path, output: str | Path, layout: str = TRIPL
         else:
             counts = write_hard_negatives(mined, collection, settings.negatives, settings.system, opened.staging)
         if not counts["lines"]:
-            raise SpladekitError(f"{collection.name}: no query has a candidate negative in ranks "
-                                 f"{settings.rank_range[0]}:{settings.rank_range[1]}; nothing written")
+            raise SpladekitError(
+                f"{collection.name}: no query has a candidate negative in ranks "
+                f"{settings.rank_range[0]}:{settings.rank_range[1]}; nothing written"
+            )
         finished = time.perf_counter()
-        summary = {"data": str(data), "split": split, "format": layout, "output": str(final_path(opened.staging)),
-                   "system": settings.system, "settings": asdict(settings) | {"rank_range": list(settings.rank_range)},
-                   "documents": len(collection.corpus), "queries_without_positive": without_positive, **counts,
-                   "index_seconds": round(indexed - started, 3), "mining_seconds": round(finished - indexed, 3),
-                   "seconds": round(finished - started, 3)}
+        summary = {
+            "data": str(data),
+            "split": split,
+            "format": layout,
+            "output": str(final_path(opened.staging)),
+            "system": settings.system,
+            "settings": asdict(settings) | {"rank_range": list(settings.rank_range)},
+            "documents": len(collection.corpus),
+            "queries_without_positive": without_positive,
+            **counts,
+            "index_seconds": round(indexed - started, 3),
+            "mining_seconds": round(finished - indexed, 3),
+            "seconds": round(finished - started, 3),
+        }
         if layout == HARD_NEGATIVES:
             summary["train_settings"] = hard_negatives_data(output)
             with atomic_file(opened.staging / SUMMARY_FILE) as stream:
                 stream.write(json.dumps(summary, indent=2) + "\n")
     if counts["short"]:
-        logger.warning("%d %s got fewer than %d negatives (too few candidates in ranks %d:%d)", counts["short"],
-                       "pairs" if layout == TRIPLETS else "queries", settings.negatives, *settings.rank_range)
+        logger.warning(
+            "%d %s got fewer than %d negatives (too few candidates in ranks %d:%d)",
+            counts["short"],
+            "pairs" if layout == TRIPLETS else "queries",
+            settings.negatives,
+            *settings.rank_range,
+        )
     if counts["queries_without_negatives"]:
         logger.warning("%d queries had no candidate negative and were left out", counts["queries_without_negatives"])
     return summary
@@ -362,6 +417,7 @@ def find_or_mine(data: str | Path, folder: str | Path, show_progress: bool = Fal
     try:
         mine_training_data(data, target, show_progress=show_progress)
     except SpladekitError as error:
-        raise SpladekitError(f"no training triplets: none given, no {shipped}, and mining them from the train "
-                             f"split failed: {error}") from None
+        raise SpladekitError(
+            f"no training triplets: none given, no {shipped}, and mining them from the train split failed: {error}"
+        ) from None
     return target

@@ -6,7 +6,8 @@ the regularizer), ``lambda_q`` / ``lambda_d``, ``q_nnz`` / ``d_nnz`` (average ac
 ``head_norm`` (Frobenius norm of the vocabulary projection), ``grad_norm`` (before clipping), ``lr`` —
 each the logged step's own value —, ``loss_mean`` / ``ranking_loss_mean`` (means over the steps since the
 previous record, or since the resume), ``examples_per_s`` and ``tokens_per_s`` (over those steps; real,
-non-padding tokens through this process's backbone); for the collapse detector ``uniform_loss`` (the ranking loss when every candidate
+non-padding tokens through this process's backbone); for the collapse detector ``uniform_loss`` (the ranking loss
+when every candidate
 scores the same: ``ln(candidates)`` for InfoNCE, absent for distillation), ``score_spread`` (mean over
 queries of the standard deviation of their in-batch candidate scores), ``doc_similarity`` (mean cosine
 between different documents of the batch), and ``collapse`` (the shape's name) on the log where one is
@@ -116,15 +117,26 @@ class CollapseDetector:
         uniform = bool(equal_scores) and abs(record["ranking_loss"] / equal_scores - 1) < self.uniform_tolerance
         reference = max(self.lowest_loss, equal_scores or 0.0)
         conditions = {
-            "uniform": (uniform, lambda: f"ranking loss {record['ranking_loss']:.4f} ≈ {equal_scores:.4f}, its value when "
-                        f"every candidate scores the same (score spread {record.get('score_spread', math.nan):.3g}, "
-                        f"document cosine {record.get('doc_similarity', math.nan):.3f})"),
-            "everything active": (nnz[1] > self.vocab_size / 2, lambda: f"{nnz[1]:.0f} of {self.vocab_size} dimensions "
-                                  "active (> 50 % of the vocabulary)"),
+            "uniform": (
+                uniform,
+                lambda: (
+                    f"ranking loss {record['ranking_loss']:.4f} ≈ {equal_scores:.4f}, its value when "
+                    f"every candidate scores the same (score spread {record.get('score_spread', math.nan):.3g}, "
+                    f"document cosine {record.get('doc_similarity', math.nan):.3f})"
+                ),
+            ),
+            "everything active": (
+                nnz[1] > self.vocab_size / 2,
+                lambda: f"{nnz[1]:.0f} of {self.vocab_size} dimensions active (> 50 % of the vocabulary)",
+            ),
             "vanishing": (nnz[0] < 1, lambda: f"average active dimensions fell to {nnz[0]:.2f}"),
-            "explosion": (record["loss"] > self.explosion_factor * reference and record["loss"] > 0,
-                          lambda: f"loss {record['loss']:.4g} > {self.explosion_factor:g} × {reference:.4g} (the larger "
-                          "of its lowest logged value and its equal-score value)"),
+            "explosion": (
+                record["loss"] > self.explosion_factor * reference and record["loss"] > 0,
+                lambda: (
+                    f"loss {record['loss']:.4g} > {self.explosion_factor:g} × {reference:.4g} (the larger "
+                    "of its lowest logged value and its equal-score value)"
+                ),
+            ),
         }
         self.lowest_loss = min(self.lowest_loss, record["loss"])
         found = None

@@ -42,20 +42,30 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     """Load the backbone and rescale its head once, with ``rescale.k/mode`` resolved by
     :func:`spladekit.model.rescaling.resolve_rescale` (``k: auto`` diagnoses the first ``rescale.auto_pairs``
     (query, positive) pairs of the training data). ``model.kind: inference-free`` adds the query weight
-    table, initialised from the IDF of the training set's documents (:func:`spladekit.model.inference_free.idf_weights`)."""
+    table, initialised from the IDF of the training set's documents
+    (:func:`spladekit.model.inference_free.idf_weights`)."""
     backbone, setting = config.backbone, config.rescale
     encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
-    record = resolve_rescale(encoder, setting.k, setting.mode, setting.rescale_bias,
-                             pairs=sample_pairs(training_set, setting.auto_pairs), max_length=config.data.doc_max_length)
+    record = resolve_rescale(
+        encoder,
+        setting.k,
+        setting.mode,
+        setting.rescale_bias,
+        pairs=sample_pairs(training_set, setting.auto_pairs),
+        max_length=config.data.doc_max_length,
+    )
     encoder = apply_rescale(encoder, record)
     if config.model.kind == "splade":
         return encoder, record
     documents = training_set.document_texts()
     weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size, show_progress=config.logging.progress)
-    return InferenceFreeEncoder(encoder, weights, query_max_length=config.data.query_max_length,
-                                freeze_query_weights=config.model.freeze_query_weights,
-                                query_weights_origin=f"IDF of the {len(documents)} training documents of "
-                                                     f"{config.data.path}"), record
+    return InferenceFreeEncoder(
+        encoder,
+        weights,
+        query_max_length=config.data.query_max_length,
+        freeze_query_weights=config.model.freeze_query_weights,
+        query_weights_origin=f"IDF of the {len(documents)} training documents of {config.data.path}",
+    ), record
 
 
 def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
@@ -63,8 +73,9 @@ def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]
     return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
 
 
-def initial_head_report(encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet,
-                        rescaling: RescaleRecord) -> HeadReport:
+def initial_head_report(
+    encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet, rescaling: RescaleRecord
+) -> HeadReport:
     """Diagnose the head training starts from (after rescaling) on the training pairs, and log
     :func:`spladekit.model.diagnosis.step0_warnings` for it."""
     report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
@@ -113,8 +124,10 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
             requested["rescale"][key] = getattr(saved.rescale, key)
     differ = _changed_keys(saved.to_dict(), requested)
     if differ:
-        raise SpladekitError(f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
-                             f"only logging.* may change")
+        raise SpladekitError(
+            f"{output}: cannot resume with a different configuration ({', '.join(differ)} changed); "
+            f"only logging.* may change"
+        )
     found = checkpoints(output)
     if not found:
         raise SpladekitError(f"{output}: nothing to resume (no checkpoint yet); start again with --overwrite")
@@ -124,8 +137,10 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
 def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
     """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
     output.mkdir(parents=True, exist_ok=True)
-    note = "".join(f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
-                   for key in record.auto)
+    note = "".join(
+        f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
+        for key in record.auto
+    )
     save_config(config, output / CONFIG_FILE, header=note)
 
 
@@ -139,8 +154,9 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return sorted(changed)
 
 
-def parameter_groups(encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool,
-                     query_weights_lr: float | None = None) -> list[dict]:
+def parameter_groups(
+    encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool, query_weights_lr: float | None = None
+) -> list[dict]:
     """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
     (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
     the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
@@ -158,6 +174,7 @@ def parameter_groups(encoder: RetrievalModel, weight_decay: float, decay_embeddi
         (no_decay if exempt else decay).append(parameter)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if table is not None and table.requires_grad:
-        groups.append({"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None
-                                                                   else {"lr": query_weights_lr})})
+        groups.append(
+            {"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None else {"lr": query_weights_lr})}
+        )
     return groups

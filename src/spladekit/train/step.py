@@ -38,8 +38,14 @@ class StepSettings:
 
     @classmethod
     def of(cls, config: TrainConfig) -> StepSettings:
-        return cls(config.data.query_max_length, config.data.doc_max_length, config.data.negatives,
-                   config.optimization.bf16, config.loss.name, config.regularizer.name)
+        return cls(
+            config.data.query_max_length,
+            config.data.doc_max_length,
+            config.data.negatives,
+            config.optimization.bf16,
+            config.loss.name,
+            config.regularizer.name,
+        )
 
 
 class Encoded(NamedTuple):
@@ -61,8 +67,9 @@ class StepResult(NamedTuple):
     tokens: int
 
 
-def encode_examples(encoder: RetrievalModel, examples: list[Example], settings: StepSettings,
-                    device: torch.device) -> Encoded:
+def encode_examples(
+    encoder: RetrievalModel, examples: list[Example], settings: StepSettings, device: torch.device
+) -> Encoded:
     """Encode a (micro-)batch; queries and documents are capped at their own token limits. An inference-free
     model's queries are its weight table rows, not a forward pass (so they read no tokens)."""
     texts = [e.query for e in examples]
@@ -82,8 +89,14 @@ def encode_examples(encoder: RetrievalModel, examples: list[Example], settings: 
     return Encoded(queries.float(), docs[:b].float(), docs[b:].float().view(b, settings.negatives, -1), tokens)
 
 
-def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.Tensor | None,
-              lambdas: tuple[float, float], settings: StepSettings) -> tuple[torch.Tensor, dict[str, float]]:
+def objective(
+    q: torch.Tensor,
+    p: torch.Tensor,
+    n: torch.Tensor,
+    teacher: torch.Tensor | None,
+    lambdas: tuple[float, float],
+    settings: StepSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Total loss (a tensor) and its parts (floats) on the full batch."""
     ranking = LOSSES[settings.loss](q, p, n, teacher)
     docs = torch.cat([p, n.flatten(0, 1)])
@@ -91,9 +104,16 @@ def objective(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, teacher: torch.
     reg_q, reg_d = regularize(q), regularize(docs)
     total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
     with torch.no_grad():
-        parts = {"ranking_loss": ranking, "reg_q": reg_q, "reg_d": reg_d, "flops_q": flops(q), "flops_d": flops(docs),
-                 "q_nnz": (q > 0).sum(dim=1).float().mean(), "d_nnz": (docs > 0).sum(dim=1).float().mean(),
-                 **collapse_signals(q, p, n, docs)}
+        parts = {
+            "ranking_loss": ranking,
+            "reg_q": reg_q,
+            "reg_d": reg_d,
+            "flops_q": flops(q),
+            "flops_d": flops(docs),
+            "q_nnz": (q > 0).sum(dim=1).float().mean(),
+            "d_nnz": (docs > 0).sum(dim=1).float().mean(),
+            **collapse_signals(q, p, n, docs),
+        }
     values = {name: float(value.detach()) for name, value in parts.items()}
     # InfoNCE over B in-batch positives + K own negatives, all scores equal: -log(1 / (B + K))
     return total, values | ({"uniform_loss": math.log(q.shape[0] + n.shape[1])} if settings.loss == "infonce" else {})
@@ -109,15 +129,22 @@ def collapse_signals(q: torch.Tensor, p: torch.Tensor, n: torch.Tensor, docs: to
     return {"score_spread": scores.std(dim=1).mean(), "doc_similarity": similarity}
 
 
-def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]], teacher: torch.Tensor | None,
-                     lambdas: tuple[float, float], settings: StepSettings,
-                     processes: distributed.Processes) -> StepResult:
+def forward_backward(
+    encoder: RetrievalModel,
+    micro_batches: list[list[Example]],
+    teacher: torch.Tensor | None,
+    lambdas: tuple[float, float],
+    settings: StepSettings,
+    processes: distributed.Processes,
+) -> StepResult:
     """Gradients of the full-batch objective (see :mod:`spladekit.train.loop`)."""
     device = processes.device
 
     def full_batch_loss(encoded: Sequence[Encoded]) -> tuple[torch.Tensor, dict[str, float]]:
-        q, p, n = (torch.cat([distributed.gather(vectors, processes) for vectors in side])
-                   for side in zip(*(part[:3] for part in encoded)))
+        q, p, n = (
+            torch.cat([distributed.gather(vectors, processes) for vectors in side])
+            for side in zip(*(part[:3] for part in encoded))
+        )
         return objective(q, p, n, teacher, lambdas, settings)
 
     if len(micro_batches) == 1:
@@ -131,8 +158,9 @@ def forward_backward(encoder: RetrievalModel, micro_batches: list[list[Example]]
         states.append(rng_state())
         with torch.no_grad():
             q, p, n, tokens = encode_examples(encoder, micro, settings, device)
-        cached.append(Encoded(q.detach().requires_grad_(), p.detach().requires_grad_(), n.detach().requires_grad_(),
-                              tokens))
+        cached.append(
+            Encoded(q.detach().requires_grad_(), p.detach().requires_grad_(), n.detach().requires_grad_(), tokens)
+        )
     total, parts = full_batch_loss(cached)
     total.backward()  # d loss / d cached vectors
     for micro, state, reps in zip(micro_batches, states, cached):  # pass 2: into the model
@@ -146,8 +174,10 @@ def split_batch(examples: list[Example], accumulation: int, processes: distribut
     gathered order (micro-batch, then rank) is the order of the examples."""
     micro = len(examples) // accumulation
     share = micro // processes.world_size
-    return [examples[j * micro + processes.rank * share: j * micro + (processes.rank + 1) * share]
-            for j in range(accumulation)]
+    return [
+        examples[j * micro + processes.rank * share : j * micro + (processes.rank + 1) * share]
+        for j in range(accumulation)
+    ]
 
 
 def teacher_scores(examples: list[Example], device: torch.device) -> torch.Tensor | None:

@@ -74,8 +74,11 @@ class Vectors:
         manifest = read_manifest(folder)
         blocks = list(cls._shard_blocks(folder, manifest))
         matrix = sp.vstack([block.matrix for block in blocks], format="csr")
-        return cls(matrix, [doc_id for block in blocks for doc_id in block.ids], _checked_meta(manifest["meta"],
-                                                                                              folder / MANIFEST))
+        return cls(
+            matrix,
+            [doc_id for block in blocks for doc_id in block.ids],
+            _checked_meta(manifest["meta"], folder / MANIFEST),
+        )
 
     @classmethod
     def blocks(cls, folder: str | Path) -> Iterator[Vectors]:
@@ -99,8 +102,9 @@ class Vectors:
             if len(block) != entry["rows"]:
                 raise InputError(f"{len(block)} vectors but the manifest says {entry['rows']}", shard / VECTORS_FILE)
             if vocab_size is not None and block.vocab_size != vocab_size:
-                raise InputError(f"{block.vocab_size} dimensions, the previous shards {vocab_size}",
-                                 shard / VECTORS_FILE)
+                raise InputError(
+                    f"{block.vocab_size} dimensions, the previous shards {vocab_size}", shard / VECTORS_FILE
+                )
             vocab_size = block.vocab_size
             yield cls(block.matrix, block.ids, meta)
 
@@ -119,8 +123,9 @@ class Vectors:
 
 def _check_folder(folder: Path) -> None:
     if not folder.is_dir():
-        raise InputError("no such vectors folder" if not folder.exists() else "expected a vectors folder, got a file",
-                         folder)
+        raise InputError(
+            "no such vectors folder" if not folder.exists() else "expected a vectors folder, got a file", folder
+        )
 
 
 def _checked_meta(meta: dict, path: Path) -> dict:
@@ -131,8 +136,13 @@ def _checked_meta(meta: dict, path: Path) -> dict:
 
 
 # meta.json values that commands read (index, export, the evaluation cache), when present.
-META_TYPES: dict[str, type | tuple[type, ...]] = {"model": str, "max_length": int, "encode_seconds": float,
-                                                  "side": str, "max_active_dims": int}
+META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model": str,
+    "max_length": int,
+    "encode_seconds": float,
+    "side": str,
+    "max_active_dims": int,
+}
 
 
 def read_matrix(path: Path) -> sp.csr_matrix:

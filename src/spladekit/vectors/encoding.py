@@ -95,20 +95,45 @@ class ShardedEncoding:
     seconds: float = 0.0
 
 
-def build_plan(encoder: RetrievalModel, model: str, corpus: str, corpus_sha256: str, documents: int, side: str,
-               max_length: int | None, max_active_dims: int | None, shard_size: int,
-               model_sha256: str | None = None) -> dict:
+def build_plan(
+    encoder: RetrievalModel,
+    model: str,
+    corpus: str,
+    corpus_sha256: str,
+    documents: int,
+    side: str,
+    max_length: int | None,
+    max_active_dims: int | None,
+    shard_size: int,
+    model_sha256: str | None = None,
+) -> dict:
     """Everything that fixes a sharded folder's vectors (see :mod:`spladekit.vectors.shards`); ``model_sha256``:
     :func:`~spladekit.model.loading.model_fingerprint` when already computed."""
-    return {"model": model, "model_sha256": model_sha256 or model_fingerprint(encoder), "corpus": corpus,
-            "corpus_sha256": corpus_sha256, "documents": documents, "side": side,
-            "max_length": encoder.side_max_length(check_side(side), max_length), "pooling": encoder.pooling,
-            "max_active_dims": max_active_dims, "shard_size": shard_size, "vocab_size": encoder.vocab_size}
+    return {
+        "model": model,
+        "model_sha256": model_sha256 or model_fingerprint(encoder),
+        "corpus": corpus,
+        "corpus_sha256": corpus_sha256,
+        "documents": documents,
+        "side": side,
+        "max_length": encoder.side_max_length(check_side(side), max_length),
+        "pooling": encoder.pooling,
+        "max_active_dims": max_active_dims,
+        "shard_size": shard_size,
+        "vocab_size": encoder.vocab_size,
+    }
 
 
-def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tuple[str, str]], plan: dict,
-                 selection: ShardSelection = ShardSelection(), resume: bool = False, batch_size: int = 32,
-                 show_progress: bool = True) -> tuple[list[int], list[int]]:
+def write_shards(
+    folder: Path,
+    encoder: RetrievalModel,
+    documents: Iterable[tuple[str, str]],
+    plan: dict,
+    selection: ShardSelection = ShardSelection(),
+    resume: bool = False,
+    batch_size: int = 32,
+    show_progress: bool = True,
+) -> tuple[list[int], list[int]]:
     """Encode this process's shards of ``documents`` (``(id, text)`` in corpus order) into ``folder``;
     return (shards encoded, shards reused). Shards of other processes are read past, not kept. The documents
     are fingerprinted again on the way: a corpus that changed since the plan was made is an error before any
@@ -120,8 +145,9 @@ def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tupl
     encoded: list[int] = []
     reused: list[int] = []
     encode_side = encoder.encode_query if plan["side"] == "query" else encoder.encode_document
-    for index in tqdm(range(count), desc="encoding shards", unit="shard", disable=not show_progress or count == 1,
-                      leave=False):
+    for index in tqdm(
+        range(count), desc="encoding shards", unit="shard", disable=not show_progress or count == 1, leave=False
+    ):
         rows = min(shard_size, total - index * shard_size)
         if not selection.mine(index) or (resume and reusable_shard(folder, index, plan)):
             skipped = sum(1 for _ in itertools.islice(stream, rows))
@@ -136,18 +162,37 @@ def write_shards(folder: Path, encoder: RetrievalModel, documents: Iterable[tupl
         del batch
         with writing_shard(folder, index, overwrite=True) as staging:
             started = time.perf_counter()
-            matrix = encode_side(texts, batch_size=batch_size, max_length=plan["max_length"],
-                                 show_progress=show_progress, max_active_dims=plan["max_active_dims"], ids=ids)
+            matrix = encode_side(
+                texts,
+                batch_size=batch_size,
+                max_length=plan["max_length"],
+                show_progress=show_progress,
+                max_active_dims=plan["max_active_dims"],
+                ids=ids,
+            )
             seconds = time.perf_counter() - started
-            Vectors(matrix, ids, {"model": plan["model"], "corpus": plan["corpus"], "side": plan["side"],
-                                  "max_length": plan["max_length"], "pooling": plan["pooling"],
-                                  "max_active_dims": plan["max_active_dims"], "shard": index, "documents": rows,
-                                  "encode_seconds": round(seconds, 3)}).save(staging)
+            Vectors(
+                matrix,
+                ids,
+                {
+                    "model": plan["model"],
+                    "corpus": plan["corpus"],
+                    "side": plan["side"],
+                    "max_length": plan["max_length"],
+                    "pooling": plan["pooling"],
+                    "max_active_dims": plan["max_active_dims"],
+                    "shard": index,
+                    "documents": rows,
+                    "encode_seconds": round(seconds, 3),
+                },
+            ).save(staging)
             seal(staging, index, plan, rows, int(nnz_per_row(matrix).sum()), seconds)
         encoded.append(index)
     if next(stream, None) is not None or digest.hexdigest() != plan["corpus_sha256"]:
-        raise SpladekitError(f"{plan['corpus']}: the corpus changed while being encoded (its fingerprint differs "
-                             "from the validating pass); encode it again with --overwrite")
+        raise SpladekitError(
+            f"{plan['corpus']}: the corpus changed while being encoded (its fingerprint differs "
+            "from the validating pass); encode it again with --overwrite"
+        )
     return encoded, reused
 
 
@@ -159,8 +204,9 @@ def _fingerprinted(documents: Iterable[tuple[str, str]], digest: Any) -> Iterato
 
 def _check_rows(found: int, expected: int, index: int) -> None:
     if found != expected:
-        raise SpladekitError(f"the corpus changed while being encoded: shard {index} has {found} documents, "
-                             f"expected {expected}")
+        raise SpladekitError(
+            f"the corpus changed while being encoded: shard {index} has {found} documents, expected {expected}"
+        )
 
 
 def _check_output(output: Path, resume: bool, overwrite: bool, several: bool) -> None:
@@ -170,23 +216,42 @@ def _check_output(output: Path, resume: bool, overwrite: bool, several: bool) ->
         return
     if not is_sharded(output):
         if resume:
-            raise SpladekitError(f"{output}: not a sharded vectors folder (no {MANIFEST}, no shards/): nothing to "
-                                 "--resume; choose another --output or pass --overwrite")
+            raise SpladekitError(
+                f"{output}: not a sharded vectors folder (no {MANIFEST}, no shards/): nothing to "
+                "--resume; choose another --output or pass --overwrite"
+            )
         check_new_output(output, overwrite=False, folder=True)
     if resume or several:
         return
     if (output / MANIFEST).is_file():
-        raise SpladekitError(f"{output}: output already exists (choose another path, pass --overwrite, or --resume "
-                             "to check it and redo what is missing)")
-    raise SpladekitError(f"{output}: an incomplete sharded vectors folder (an interrupted encode?): pass --resume "
-                         "to keep its complete shards and encode the rest, or --overwrite")
+        raise SpladekitError(
+            f"{output}: output already exists (choose another path, pass --overwrite, or --resume "
+            "to check it and redo what is missing)"
+        )
+    raise SpladekitError(
+        f"{output}: an incomplete sharded vectors folder (an interrupted encode?): pass --resume "
+        "to keep its complete shards and encode the rest, or --overwrite"
+    )
 
 
-def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shard_size: int = DEFAULT_SHARD_SIZE,
-                     resume: bool = False, overwrite: bool = False, shard: str | None = None, batch_size: int = 32,
-                     side: str = "document", max_length: int | None = None, max_active_dims: int | None = None,
-                     pooling: str = "fused", trust_remote_code: bool = False, device: str | None = "auto",
-                     show_progress: bool = True) -> ShardedEncoding:
+def encode_to_shards(
+    model: str,
+    corpus: str | Path,
+    output: str | Path,
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    resume: bool = False,
+    overwrite: bool = False,
+    shard: str | None = None,
+    batch_size: int = 32,
+    side: str = "document",
+    max_length: int | None = None,
+    max_active_dims: int | None = None,
+    pooling: str = "fused",
+    trust_remote_code: bool = False,
+    device: str | None = "auto",
+    show_progress: bool = True,
+) -> ShardedEncoding:
     """Encode ``corpus`` (a JSONL file, BEIR folder, HF or ir_datasets id) with ``model`` into the sharded
     vectors folder ``output``; every check happens before the folder is created (see the module docstring)."""
     output = Path(output)
@@ -203,30 +268,63 @@ def encode_to_shards(model: str, corpus: str | Path, output: str | Path, *, shar
         raise SpladekitError("--shard I/N and torchrun ranks both split the shards: use one of them")
     several = ranks > 1 or selection.count > 1
     if several and overwrite:
-        raise SpladekitError("--overwrite cannot be combined with --shard or torchrun ranks (several processes "
-                             "write the folder in place): remove the old folder first")
+        raise SpladekitError(
+            "--overwrite cannot be combined with --shard or torchrun ranks (several processes "
+            "write the folder in place): remove the old folder first"
+        )
     _check_output(output, resume, overwrite, several)
     created = not output.exists()
     with contextlib.ExitStack() as stack:
         if not several and not overwrite:  # one process writes the whole folder: a second one fails at once
             stack.enter_context(open_in_place(output))
         try:
-            return _encode(model, corpus, output, shard_size, resume, overwrite, selection, ranks, batch_size, side,
-                           max_length, max_active_dims, pooling, trust_remote_code, device, show_progress)
+            return _encode(
+                model,
+                corpus,
+                output,
+                shard_size,
+                resume,
+                overwrite,
+                selection,
+                ranks,
+                batch_size,
+                side,
+                max_length,
+                max_active_dims,
+                pooling,
+                trust_remote_code,
+                device,
+                show_progress,
+            )
         except SpladekitError as error:
             sealed = sealed_sidecars(output)
             if created and not several and not sealed:  # nothing complete: leave nothing behind
                 shutil.rmtree(output, ignore_errors=True)
             elif sealed:
-                raise SpladekitError(f"{error} ({len(sealed)} complete shard(s) kept in {output}: fix the cause and "
-                                     f"rerun with --resume)") from None
+                raise SpladekitError(
+                    f"{error} ({len(sealed)} complete shard(s) kept in {output}: fix the cause and rerun with --resume)"
+                ) from None
             raise
 
 
-def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resume: bool, overwrite: bool,
-            selection: ShardSelection, ranks: int, batch_size: int, side: str, max_length: int | None,
-            max_active_dims: int | None, pooling: str, trust_remote_code: bool, device: str | None,
-            show_progress: bool) -> ShardedEncoding:
+def _encode(
+    model: str,
+    corpus: str | Path,
+    output: Path,
+    shard_size: int,
+    resume: bool,
+    overwrite: bool,
+    selection: ShardSelection,
+    ranks: int,
+    batch_size: int,
+    side: str,
+    max_length: int | None,
+    max_active_dims: int | None,
+    pooling: str,
+    trust_remote_code: bool,
+    device: str | None,
+    show_progress: bool,
+) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
     if ranks > 1:
@@ -236,8 +334,9 @@ def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resum
         selection = ShardSelection(processes.rank, processes.world_size)
     where = str(resolve_device(device) if processes is None else processes.device)
     encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where)
-    plan = build_plan(encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length,
-                      max_active_dims, shard_size)
+    plan = build_plan(
+        encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length, max_active_dims, shard_size
+    )
     if not overwrite and output.is_dir():
         recorded = existing_plan(output)
         if recorded is not None:
@@ -248,16 +347,18 @@ def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resum
     documents = iter_corpus(corpus)
     if overwrite:  # the old folder goes only once the new one is complete
         with open_output(output, folder=True, overwrite=True) as staged:
-            result.encoded, result.reused = write_shards(staged.staging, encoder, documents, plan, selection,
-                                                         False, batch_size, show_progress)
+            result.encoded, result.reused = write_shards(
+                staged.staging, encoder, documents, plan, selection, False, batch_size, show_progress
+            )
             result.manifest = finalize(staged.staging, plan, count)
     else:
         try:
             output.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise SpladekitError(f"{output}: cannot write here: {error.strerror or error}") from None
-        result.encoded, result.reused = write_shards(output, encoder, documents, plan, selection, resume,
-                                                     batch_size, show_progress)
+        result.encoded, result.reused = write_shards(
+            output, encoder, documents, plan, selection, resume, batch_size, show_progress
+        )
         if processes is not None:
             from spladekit.common.distributed import barrier, teardown
 
@@ -269,4 +370,3 @@ def _encode(model: str, corpus: str | Path, output: Path, shard_size: int, resum
             result.manifest = finalize(output, plan, count)
     result.seconds = round(time.perf_counter() - started, 3)
     return result
-

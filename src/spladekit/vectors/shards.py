@@ -91,8 +91,14 @@ def writing_shard(folder: str | Path, index: int, overwrite: bool = False) -> It
 
 def seal(staging: Path, index: int, plan: dict, rows: int, nnz: int, encode_seconds: float) -> dict:
     """Write the sidecar of a shard's staging folder: checksums of its files, ``rows``, ``nnz``, ``plan``."""
-    sidecar = {"index": index, "rows": rows, "nnz": nnz, "encode_seconds": round(encode_seconds, 3),
-               "sha256": {name: sha256_file(staging / name) for name in CHECKED_FILES}, "plan": plan}
+    sidecar = {
+        "index": index,
+        "rows": rows,
+        "nnz": nnz,
+        "encode_seconds": round(encode_seconds, 3),
+        "sha256": {name: sha256_file(staging / name) for name in CHECKED_FILES},
+        "plan": plan,
+    }
     (staging / SIDECAR).write_text(json.dumps(sidecar, indent=2), encoding="utf-8")
     return sidecar
 
@@ -103,8 +109,14 @@ def read_sidecar(folder: str | Path, index: int) -> dict | None:
     if not path.is_file():
         return None
     sidecar = read_json(path, dict)
-    for key, kind in (("index", int), ("rows", int), ("nnz", int), ("sha256", dict), ("plan", dict),
-                      ("encode_seconds", (int, float))):
+    for key, kind in (
+        ("index", int),
+        ("rows", int),
+        ("nnz", int),
+        ("sha256", dict),
+        ("plan", dict),
+        ("encode_seconds", (int, float)),
+    ):
         expect(sidecar.get(key), kind, f"{key!r}", path)
     if sidecar["index"] != index:
         raise InputError(f"sidecar of shard {sidecar['index']} in the folder of shard {index}", path)
@@ -136,8 +148,10 @@ def reusable_shard(folder: str | Path, index: int, plan: dict) -> bool:
 def check_plan(folder: str | Path, recorded: dict, plan: dict, where: Path) -> None:
     differing = plan_differences(recorded, plan)
     if differing:
-        raise SpladekitError(f"{where}: {folder} was encoded with another model, corpus or settings "
-                             f"(differs in: {', '.join(differing)}); choose another --output, or --overwrite")
+        raise SpladekitError(
+            f"{where}: {folder} was encoded with another model, corpus or settings "
+            f"(differs in: {', '.join(differing)}); choose another --output, or --overwrite"
+        )
 
 
 def sealed_sidecars(folder: str | Path) -> list[Path]:
@@ -170,16 +184,35 @@ def finalize(folder: str | Path, plan: dict, shards: int) -> dict | None:
         sidecars.append(sidecar)
     documents = sum(sidecar["rows"] for sidecar in sidecars)
     first = sidecars[0]["plan"]
-    meta = {"model": first.get("model"), "corpus": first.get("corpus"), "pooling": plan.get("pooling"),
-            "side": plan.get("side"), "max_length": plan.get("max_length"),
-            "max_active_dims": plan.get("max_active_dims"),
-            "encode_seconds": round(sum(float(sidecar["encode_seconds"]) for sidecar in sidecars), 3),
-            "vocab_size": plan.get("vocab_size"), "documents": documents,
-            "avg_nnz": sum(sidecar["nnz"] for sidecar in sidecars) / max(documents, 1),
-            "shard_size": plan.get("shard_size"), "shards": shards}
-    manifest = {"format": FORMAT, "version": VERSION, "plan": first, "meta": meta,
-                "shards": [{"name": f"{SHARDS}/{index:05d}", "rows": sidecar["rows"], "nnz": sidecar["nnz"],
-                            "sha256": sidecar["sha256"]} for index, sidecar in enumerate(sidecars)]}
+    meta = {
+        "model": first.get("model"),
+        "corpus": first.get("corpus"),
+        "pooling": plan.get("pooling"),
+        "side": plan.get("side"),
+        "max_length": plan.get("max_length"),
+        "max_active_dims": plan.get("max_active_dims"),
+        "encode_seconds": round(sum(float(sidecar["encode_seconds"]) for sidecar in sidecars), 3),
+        "vocab_size": plan.get("vocab_size"),
+        "documents": documents,
+        "avg_nnz": sum(sidecar["nnz"] for sidecar in sidecars) / max(documents, 1),
+        "shard_size": plan.get("shard_size"),
+        "shards": shards,
+    }
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "plan": first,
+        "meta": meta,
+        "shards": [
+            {
+                "name": f"{SHARDS}/{index:05d}",
+                "rows": sidecar["rows"],
+                "nnz": sidecar["nnz"],
+                "sha256": sidecar["sha256"],
+            }
+            for index, sidecar in enumerate(sidecars)
+        ],
+    }
     with atomic_file(folder / MANIFEST) as stream:
         stream.write(json.dumps(manifest, indent=2) + "\n")
     return manifest
@@ -192,8 +225,11 @@ def read_manifest(folder: str | Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
         sealed = len(sealed_sidecars(folder))
-        raise InputError(f"incomplete sharded vectors folder: no {MANIFEST} ({sealed} shards sealed); finish it with "
-                         "`spladekit encode … --resume` (same model, corpus and options)", folder)
+        raise InputError(
+            f"incomplete sharded vectors folder: no {MANIFEST} ({sealed} shards sealed); finish it with "
+            "`spladekit encode … --resume` (same model, corpus and options)",
+            folder,
+        )
     manifest = read_json(path, dict)
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise InputError(f"not a {FORMAT} manifest of version {VERSION}", path)
