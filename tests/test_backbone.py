@@ -12,18 +12,18 @@ import torch
 import transformers as T
 
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.model.backbone import is_tied, load_backbone, projection_bypassed, projection_path, vocab_projection
+from spladekit.model.backbone import MLMHead, load_backbone, projection_bypassed
 from tiny_models import ARCHITECTURES, PROJECTION_PATHS, VOCAB, tiny_tokenizer
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_projection_found_generically_and_tied(arch, tiny_model_dirs):
     backbone = load_backbone(tiny_model_dirs[arch], trust_remote_code=arch == "gte")
-    assert projection_path(backbone.model) == PROJECTION_PATHS[arch]
-    projection = vocab_projection(backbone.model)
+    assert MLMHead.of(backbone.model).path == PROJECTION_PATHS[arch]
+    projection = MLMHead.of(backbone.model).projection
     assert projection.weight.shape[0] == len(VOCAB)
     assert projection.weight.shape[1] == (16 if arch == "albert" else 32)  # ALBERT: factorized V x E
-    assert is_tied(backbone.model)
+    assert MLMHead.of(backbone.model).tied
     assert backbone.fresh_keys == []
 
 
@@ -38,7 +38,7 @@ def test_bypass_returns_projection_inputs(arch, tiny_model_dirs):
         with projection_bypassed(backbone.model) as projection:
             hidden = backbone.model(**inputs).logits
         assert torch.allclose(projection(hidden), logits, atol=1e-5)
-    assert projection_path(backbone.model) == PROJECTION_PATHS[arch]  # restored
+    assert MLMHead.of(backbone.model).path == PROJECTION_PATHS[arch]  # restored
 
 
 def test_remote_code_needs_explicit_trust(tiny_model_dirs):
@@ -60,7 +60,7 @@ def test_encoder_without_mlm_head_reports_fresh_weights(tmp_path):
     backbone = load_backbone(tmp_path)
     assert "cls.predictions.transform.dense.weight" in backbone.fresh_keys
     assert not any(key.startswith("bert.encoder") for key in backbone.fresh_keys)
-    assert is_tied(backbone.model)
+    assert MLMHead.of(backbone.model).tied
 
 
 def test_unknown_path_and_folder_without_weights(tmp_path):

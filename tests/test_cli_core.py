@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from spladekit import SparseEncoder
-from spladekit.model.backbone import is_tied
+from spladekit.model.backbone import MLMHead
 from spladekit.model.head import rescale_record
 from spladekit.vectors.artifact import Vectors
 
@@ -42,7 +42,7 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus, cli):
     result = cli("rescale", tiny_model_dirs["modernbert"], "--k", "4", "--mode", "untie", "--output", out)
     assert result.returncode == 0, result.stderr
     encoder = SparseEncoder.from_pretrained(out)
-    assert rescale_record(encoder.model)["k"] == 4.0 and not is_tied(encoder.model)
+    assert rescale_record(encoder.model)["k"] == 4.0 and not MLMHead.of(encoder.model).tied
     assert json.loads((out / "spladekit.json").read_text())["rescale"]["mode"] == "untie"
 
     vectors_dir = tmp_path / "vectors"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.model.backbone import vocab_projection
+from spladekit.model.backbone import MLMHead
 from spladekit.model.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
 from tiny_models import ARCHITECTURES, build_tiny_model
 
@@ -35,7 +35,7 @@ def test_diagnose_reports_contract_keys(arch, tiny_model_dirs):
     assert report.keys() >= DIAGNOSE_KEYS
     assert report["tied"] is True
     assert report["recommended_k"] in AUTO_K_CANDIDATES
-    weight = vocab_projection(load(tiny_model_dirs[arch], arch).model).weight.detach()
+    weight = MLMHead.of(load(tiny_model_dirs[arch], arch).model).projection.weight.detach()
     assert report["frobenius_norm"] == pytest.approx(float(weight.norm()), rel=1e-5)
     assert report["max_row_norm"] == pytest.approx(float(weight.norm(dim=1).max()), rel=1e-5)
     assert report["avg_q_nnz"] > 0 and report["avg_d_nnz"] >= report["avg_q_nnz"]
@@ -67,9 +67,9 @@ def test_tied_candidates_are_scored_on_the_model_tied_rescaling_really_produces(
 
     folder = build_tiny_model("bert", tmp_path / "big", head_scale=16.0)
     encoder = SparseEncoder.from_pretrained(folder)
-    before = vocab_projection(encoder.model).weight.detach().clone()
+    before = MLMHead.of(encoder.model).projection.weight.detach().clone()
     tied = diagnose(encoder, mode="tied")
-    assert torch.equal(vocab_projection(encoder.model).weight, before)  # restored bit for bit
+    assert torch.equal(MLMHead.of(encoder.model).projection.weight, before)  # restored bit for bit
     head_only = diagnose(encoder, mode="untie")
     for k in (4, 16):
         really = SparseEncoder.from_pretrained(folder)

@@ -211,11 +211,11 @@ def test_a_non_finite_vector_is_refused_naming_the_text(tiny_model_dirs, batch_s
 
 def test_save_refuses_non_finite_weights_and_writes_nothing(tiny_model_dirs, tmp_path):
     from spladekit.common.errors import SpladekitError
-    from spladekit.model.backbone import vocab_projection
+    from spladekit.model.backbone import MLMHead
 
     encoder = load(tiny_model_dirs["bert"], "bert")
     with torch.no_grad():
-        vocab_projection(encoder.model).weight[5, 0] = float("inf")
+        MLMHead.of(encoder.model).projection.weight[5, 0] = float("inf")
     with pytest.raises(SpladekitError, match=r"refusing to save: the model's weights hold NaN or inf \(.*weight"):
         encoder.save(tmp_path / "model")
     assert not (tmp_path / "model").exists() and list(tmp_path.iterdir()) == []
@@ -225,13 +225,13 @@ def test_cli_encode_with_a_damaged_model_exits_2_naming_the_document(tiny_model_
     import json
     import shutil
 
-    from spladekit.model.backbone import vocab_projection
+    from spladekit.model.backbone import MLMHead
 
     damaged = tmp_path / "damaged"
     shutil.copytree(tiny_model_dirs["bert"], damaged)
     encoder = load(damaged, "bert")
     with torch.no_grad():
-        vocab_projection(encoder.model).weight[7] = float("nan")
+        MLMHead.of(encoder.model).projection.weight[7] = float("nan")
     encoder.model.save_pretrained(damaged)  # bypasses SparseEncoder.save's check: a file damaged elsewhere
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": f"doc-{i}", "text": text}) + "\n" for i, text in enumerate(TEXTS)))

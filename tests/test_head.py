@@ -9,7 +9,7 @@ import torch
 
 from spladekit import SparseEncoder
 from spladekit.common.errors import SpladekitError
-from spladekit.model.backbone import is_tied, vocab_projection
+from spladekit.model.backbone import MLMHead
 from spladekit.model.head import (
     divide_head,
     head_norms,
@@ -33,19 +33,19 @@ def load(directory, arch, **kwargs):
 def test_rescale_divides_norm_by_exactly_k(arch, mode, tiny_model_dirs):
     encoder = load(tiny_model_dirs[arch], arch)
     model = encoder.model
-    weight_before = vocab_projection(model).weight.detach().clone()
+    weight_before = MLMHead.of(model).projection.weight.detach().clone()
     inputs_before = model.get_input_embeddings().weight.detach().clone()
-    bias_before = vocab_projection(model).bias.detach().clone()
+    bias_before = MLMHead.of(model).projection.bias.detach().clone()
     rescale(model, 4.0, mode=mode)
-    projection = vocab_projection(model)
+    projection = MLMHead.of(model).projection
     assert torch.equal(projection.weight, weight_before / 4.0)
     assert head_norms(model)["frobenius_norm"] == pytest.approx(float(weight_before.norm()) / 4.0, rel=1e-6)
     assert torch.equal(projection.bias, bias_before)  # rescale_bias defaults to False
     if mode == "tied":
-        assert is_tied(model)
+        assert MLMHead.of(model).tied
         assert torch.equal(model.get_input_embeddings().weight, weight_before / 4.0)
     else:
-        assert not is_tied(model)
+        assert not MLMHead.of(model).tied
         assert torch.equal(model.get_input_embeddings().weight, inputs_before)
     assert rescale_record(model) == {"k": 4.0, "mode": mode, "rescale_bias": False}
 
@@ -59,23 +59,23 @@ def test_save_reload_gives_identical_vectors_and_never_rescales_twice(arch, mode
 
     reloaded = load(tmp_path / "saved", arch)
     assert rescale_record(reloaded.model) == {"k": 2.0, "mode": mode, "rescale_bias": False}
-    assert is_tied(reloaded.model) == (mode == "tied")
+    assert MLMHead.of(reloaded.model).tied == (mode == "tied")
     again = reloaded.encode(TEXTS, show_progress=False)
     assert (again != vectors).nnz == 0
 
     # Asking for the same rescaling on an already-rescaled folder is a no-op, not a second division.
     same = load(tmp_path / "saved", arch, rescale_k=2.0, rescale_mode=mode)
-    assert torch.equal(vocab_projection(same.model).weight, vocab_projection(reloaded.model).weight)
+    assert torch.equal(MLMHead.of(same.model).projection.weight, MLMHead.of(reloaded.model).projection.weight)
     with pytest.raises(SpladekitError, match="already rescaled"):
         load(tmp_path / "saved", arch, rescale_k=4.0, rescale_mode=mode)
 
 
 def test_rescale_bias_and_vectors_follow_the_formula(tiny_model_dirs):
     encoder = load(tiny_model_dirs["bert"], "bert")
-    weight = vocab_projection(encoder.model).weight.detach().clone()
-    bias = vocab_projection(encoder.model).bias.detach().clone()
+    weight = MLMHead.of(encoder.model).projection.weight.detach().clone()
+    bias = MLMHead.of(encoder.model).projection.bias.detach().clone()
     rescale(encoder.model, 8.0, mode="untie", rescale_bias=True)
-    assert torch.equal(vocab_projection(encoder.model).bias, bias / 8.0)
+    assert torch.equal(MLMHead.of(encoder.model).projection.bias, bias / 8.0)
     batch = encoder.tokenize(TEXTS[:1])
     with torch.no_grad():
         hidden, _ = encoder.head_inputs(batch)
@@ -105,12 +105,12 @@ def test_bad_mode_and_double_rescale(tiny_model_dirs):
 @pytest.mark.parametrize("mode", ["tied", "untie"])
 def test_simulated_inflation_is_undone_by_rescaling_with_the_same_k(mode, tiny_model_dirs):
     encoder = load(tiny_model_dirs["bert"], "bert")
-    original = vocab_projection(encoder.model).weight.detach().clone()
+    original = MLMHead.of(encoder.model).projection.weight.detach().clone()
     divide_head(encoder.model, 1 / 8, mode=mode)  # head × 8, not recorded: still rescalable
     assert rescale_record(encoder.model) is None
-    assert torch.equal(vocab_projection(encoder.model).weight, original * 8)
+    assert torch.equal(MLMHead.of(encoder.model).projection.weight, original * 8)
     rescale(encoder.model, 8, mode=mode)
-    assert torch.equal(vocab_projection(encoder.model).weight, original)
+    assert torch.equal(MLMHead.of(encoder.model).projection.weight, original)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -156,7 +156,7 @@ def test_a_rescaling_that_would_overflow_is_refused_and_leaves_the_model_unchang
         r"overflow float32 .* the model was left unchanged",
     ):
         rescale(model, 1e-36, mode=mode)
-    assert rescale_record(model) is None and is_tied(model)
+    assert rescale_record(model) is None and MLMHead.of(model).tied
     after = model.state_dict()
     assert before.keys() == after.keys() and all(torch.equal(before[name], after[name]) for name in before)
     rescale(model, 2.0, mode=mode)  # still rescalable: nothing was recorded
@@ -165,16 +165,16 @@ def test_a_rescaling_that_would_overflow_is_refused_and_leaves_the_model_unchang
 
 def test_simulated_inflation_that_would_overflow_is_refused(tiny_model_dirs):
     encoder = load(tiny_model_dirs["bert"], "bert")
-    original = vocab_projection(encoder.model).weight.detach().clone()
+    original = MLMHead.of(encoder.model).projection.weight.detach().clone()
     with pytest.raises(SpladekitError, match="left unchanged"):
         divide_head(encoder.model, 1e-30)  # head × 1e30 (a sweep's `inflate: 1e30`)
-    assert torch.equal(vocab_projection(encoder.model).weight, original)
+    assert torch.equal(MLMHead.of(encoder.model).projection.weight, original)
 
 
 def test_a_head_already_holding_nan_is_not_rescaled(tiny_model_dirs):
     encoder = load(tiny_model_dirs["bert"], "bert")
     with torch.no_grad():
-        vocab_projection(encoder.model).weight[3, 1] = float("nan")
+        MLMHead.of(encoder.model).projection.weight[3, 1] = float("nan")
     with pytest.raises(SpladekitError, match="already holds NaN/inf"):
         rescale(encoder.model, 2.0)
     assert rescale_record(encoder.model) is None
@@ -193,7 +193,7 @@ def test_cli_rescale_with_a_k_that_overflows_exits_2_and_writes_nothing(tiny_mod
 def test_transform_inflation_scales_the_head_input_and_keeps_the_tie(tmp_path):
     from spladekit import SparseEncoder
     from spladekit.experiments.inflate import inflate
-    from spladekit.model.backbone import is_tied
+    from spladekit.model.backbone import MLMHead
 
     folder = build_tiny_model("bert", tmp_path / "m")
     plain, inflated = SparseEncoder.from_pretrained(folder), SparseEncoder.from_pretrained(folder)
@@ -204,7 +204,7 @@ def test_transform_inflation_scales_the_head_input_and_keeps_the_tie(tmp_path):
         before, _ = plain.head_inputs(batch)
         after, _ = inflated.head_inputs(batch)
     assert torch.allclose(after, 8 * before, rtol=1e-5, atol=1e-6)
-    assert is_tied(inflated.model) and torch.equal(inflated.model.get_input_embeddings().weight, words)
+    assert MLMHead.of(inflated.model).tied and torch.equal(inflated.model.get_input_embeddings().weight, words)
 
 
 def test_position_inflation_divides_the_word_position_ratio(tmp_path):

@@ -23,7 +23,7 @@ from spladekit import SparseEncoder
 from spladekit.common.distributed import Processes
 from spladekit.common.errors import SpladekitError
 from spladekit.data.training import load_training_set
-from spladekit.model.backbone import vocab_projection
+from spladekit.model.backbone import MLMHead
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
@@ -209,12 +209,12 @@ def test_k_is_applied_once_at_init_and_recorded(tiny_bert, triplets_file, tmp_pa
         logging={"checkpoint_every": 2},
     )
     output = train(config, tmp_path / "k4").output
-    original = vocab_projection(SparseEncoder.from_pretrained(tiny_bert).model).weight
+    original = MLMHead.of(SparseEncoder.from_pretrained(tiny_bert).model).projection.weight
     for folder in (output / "model", checkpoints(output)[-1] / "model"):
         trained = SparseEncoder.from_pretrained(folder)
         assert json.loads((folder / "spladekit.json").read_text())["rescale"]["k"] == 4.0
         # lr ~ 0: the head is the original / 4, not / 16 (applied once, also through the checkpoint)
-        torch.testing.assert_close(vocab_projection(trained.model).weight, original / 4, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(MLMHead.of(trained.model).projection.weight, original / 4, atol=1e-6, rtol=1e-5)
     assert yaml.safe_load((output / "config.yaml").read_text())["rescale"]["k"] == 4.0
 
 

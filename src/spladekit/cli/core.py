@@ -48,7 +48,9 @@ def _report_text(report: HeadReport) -> str:
         f"head              {report.head_param}  [{report.vocab_size} x {report.hidden_size}]  tied={report.tied}",
         f"norms             frobenius {report.frobenius_norm:.2f}  row mean {report.mean_row_norm:.3f}  "
         f"row max {report.max_row_norm:.3f}",
-        f"bias              mean {report.bias_mean}  std {report.bias_std}",
+        "bias              none"
+        if report.bias_mean is None
+        else f"bias              mean {report.bias_mean:.3f}  std {report.bias_std:.3f}",
         f"initial vectors   q nnz {report.avg_q_nnz:.1f}  d nnz {report.avg_d_nnz:.1f}  "
         f"term weight mean {report.mean_term_weight:.3f} max {report.max_term_weight:.3f}",
         f"initial scores    median pair {report.median_pair_score:.2f}  mean q x d {report.mean_score:.2f}",

@@ -44,7 +44,7 @@ from spladekit.data.suites import SUITES
 from spladekit.evaluation.evaluate import evaluate_data
 from spladekit.evaluation.result import EvaluationResult
 from spladekit.experiments.inflate import inflate
-from spladekit.model.backbone import check_model_folder, remote_code_hint, vocab_projection
+from spladekit.model.backbone import MLMHead, check_model_folder, remote_code_hint
 from spladekit.model.diagnosis import diagnose
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.head import RESCALE_MODES, parse_k
@@ -266,7 +266,7 @@ def _backbone_check(spec: BackboneSpec, online: bool) -> tuple[str, int | None]:
             model = AutoModelForMaskedLM.from_config(config, trust_remote_code=spec.trust_remote_code)
         not_matmul = {
             id(p) for module in model.modules() if isinstance(module, torch.nn.Embedding) for p in module.parameters()
-        } | {id(vocab_projection(model).weight)}
+        } | {id(MLMHead.of(model).weight)}
         return "ok", sum(p.numel() for p in model.parameters() if id(p) not in not_matmul)
     except Exception as error:
         return f"ok (size unknown: {type(error).__name__})", None

@@ -190,11 +190,11 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     model.eval()
     if device is not None:
         model.to(resolve_device(device))
-    vocab_projection(model)  # fail now, not at encode time, if there is no usable projection
+    MLMHead.of(model)  # fail now, not at encode time, if there is no usable projection
     return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh, settings=settings)
 
 
-def vocab_projection(model: PreTrainedModel) -> nn.Linear:
+def _projection(model: PreTrainedModel) -> nn.Linear:
     """The module mapping hidden states to vocabulary logits (weight V × H, optional bias V)."""
     projection = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if projection is None or not isinstance(getattr(projection, "weight", None), torch.Tensor):
@@ -207,21 +207,44 @@ def vocab_projection(model: PreTrainedModel) -> nn.Linear:
     return projection
 
 
-def projection_path(model: PreTrainedModel) -> str:
-    """Dotted name of the vocabulary projection module, e.g. ``cls.predictions.decoder``."""
-    projection = vocab_projection(model)
-    for name, module in model.named_modules():
-        if module is projection:
-            return name
-    raise SpladekitError(f"{type(model).__name__}: vocabulary projection is not a submodule of the model")
+@dataclass(frozen=True)
+class MLMHead:
+    """A model's masked-LM head, found once by :meth:`of` (through ``get_output_embeddings()``, so it works for
+    architectures spladekit has never seen) and handed to diagnosis, rescaling and the norms.
 
+    ``projection`` maps hidden states to vocabulary logits (``weight`` V × H, ``bias`` V or None); ``path`` is
+    its dotted name in the model (``cls.predictions.decoder``); ``input_embeddings`` is the table it may share
+    its weight with. ``tied`` is read live: an ``untie`` rescaling gives the projection a weight of its own.
+    """
 
-def is_tied(model: PreTrainedModel) -> bool:
-    """True when the projection shares storage with the input embeddings."""
-    # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
-    inputs = cast(nn.Embedding, model.get_input_embeddings())
-    out = vocab_projection(model).weight
-    return inputs is not None and (inputs.weight is out or inputs.weight.data_ptr() == out.data_ptr())
+    projection: nn.Linear
+    path: str
+    input_embeddings: nn.Embedding
+
+    @classmethod
+    def of(cls, model: PreTrainedModel) -> MLMHead:
+        projection = _projection(model)
+        path = next(name for name, module in model.named_modules() if module is projection)
+        # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
+        return cls(projection, path, cast(nn.Embedding, model.get_input_embeddings()))
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.projection.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return self.projection.bias
+
+    @property
+    def vocab_size(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def tied(self) -> bool:
+        """True while the projection shares storage with the input embeddings."""
+        inputs, out = self.input_embeddings.weight, self.weight
+        return inputs is out or inputs.data_ptr() == out.data_ptr()
 
 
 @contextlib.contextmanager
@@ -231,7 +254,7 @@ def projection_bypassed(model: PreTrainedModel) -> Iterator[nn.Linear]:
     This lets the SPLADE pooling apply the projection itself (fused, chunked) instead of the model
     materializing the B × L × V logits tensor.
     """
-    path = projection_path(model)
+    path = MLMHead.of(model).path
     parent_name, _, attribute = path.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
     projection = getattr(parent, attribute)

@@ -23,7 +23,6 @@ import torch
 
 from spladekit.common.errors import SpladekitError
 from spladekit.data.samples import SAMPLE_PAIRS
-from spladekit.model.backbone import is_tied, projection_path, vocab_projection
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.head import RESCALE_MODES, head_norms, recommend_mode, rescale_record, word_position_ratio
 from spladekit.model.pooling import splade_max_pool_fused
@@ -81,7 +80,7 @@ def _pooled_by_k(
     more tensors of that size, and the training's peak memory was this diagnosis (3.5 GB)."""
     batch = encoder.tokenize(texts, max_length=max_length)
     with torch.inference_mode():
-        if mode == "tied" and is_tied(encoder.model):
+        if mode == "tied" and encoder.head.tied:
             pooled = {}
             for k in candidates:
                 with _shared_matrix_divided(encoder, k):
@@ -101,7 +100,7 @@ def _pooled_by_k(
 def _shared_matrix_divided(encoder: SparseEncoder, k: float) -> Iterator[None]:
     """The tied head/input matrix divided by k for the block (as ``rescale(mode="tied")`` leaves it), then the
     original values restored from a copy (exactly, whatever k)."""
-    weight = vocab_projection(encoder.model).weight
+    weight = encoder.head.weight
     original = weight.detach().clone()
     with torch.no_grad():
         weight.div_(k)
@@ -170,15 +169,15 @@ def diagnose(
         pair_scores, q, d = scores(scored_as)
         k = recommend_k(pair_scores)
     active = torch.cat([q[q > 0], d[d > 0]])
-    projection = vocab_projection(model)
+    head = encoder.head
     config = model.config
     return HeadReport(
         architecture=(getattr(config, "architectures", None) or [type(model).__name__])[0],
         model_type=getattr(config, "model_type", ""),
-        vocab_size=int(projection.weight.shape[0]),
-        hidden_size=int(projection.weight.shape[1]),
-        head_param=projection_path(model) + ".weight",
-        tied=is_tied(model),
+        vocab_size=head.vocab_size,
+        hidden_size=int(head.weight.shape[1]),
+        head_param=head.path + ".weight",
+        tied=head.tied,
         **head_norms(model),
         avg_q_nnz=float((q > 0).sum(dim=1).float().mean()),
         avg_d_nnz=float((d > 0).sum(dim=1).float().mean()),
@@ -188,7 +187,7 @@ def diagnose(
         mean_score=float((q @ d.T).mean()),
         recommended_k=k,
         recommended_mode=recommended_mode,
-        k_scored_as=scored_as if is_tied(model) else "untie",
+        k_scored_as=scored_as if head.tied else "untie",
         word_position_ratio=word_position_ratio(model),
         rescale=applied,
         fresh_keys=list(encoder.fresh_keys),

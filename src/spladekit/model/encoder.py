@@ -20,7 +20,7 @@ from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import describe, expect, read_json
 from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
-from spladekit.model.backbone import Backbone, load_backbone, projection_bypassed, quiet_transformers, vocab_projection
+from spladekit.model.backbone import Backbone, MLMHead, load_backbone, projection_bypassed, quiet_transformers
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
@@ -263,8 +263,13 @@ class SparseEncoder(nn.Module):
         return next(self.model.parameters()).device
 
     @property
+    def head(self) -> MLMHead:
+        """The masked-LM head (:class:`spladekit.model.backbone.MLMHead`): projection, path, tying."""
+        return MLMHead.of(self.model)
+
+    @property
     def vocab_size(self) -> int:
-        return vocab_projection(self.model).weight.shape[0]
+        return self.head.vocab_size
 
     # ----------------------------------------------------------------- computation
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from spladekit.common.errors import SpladekitError
-from spladekit.model.backbone import is_tied, vocab_projection
+from spladekit.model.backbone import MLMHead
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -105,23 +105,23 @@ def divide_head(
     divisor = float(parse_k(divisor))
     if mode not in RESCALE_MODES:
         raise SpladekitError(f"rescale mode must be one of {RESCALE_MODES}, got {mode!r}")
-    projection = vocab_projection(model)
-    check_division(projection, divisor, divide_bias)
+    head = MLMHead.of(model)
+    check_division(head, divisor, divide_bias)
     with torch.no_grad():
-        if mode == "untie" and is_tied(model):
-            _untie(model, projection)
-        projection.weight.div_(divisor)
-        if divide_bias and projection.bias is not None:
-            projection.bias.div_(divisor)
+        if mode == "untie" and head.tied:
+            _untie(model, head)
+        head.weight.div_(divisor)
+        if divide_bias and head.bias is not None:
+            head.bias.div_(divisor)
     return model
 
 
-def check_division(projection: nn.Linear, divisor: float, divide_bias: bool = False) -> None:
+def check_division(head: MLMHead, divisor: float, divide_bias: bool = False) -> None:
     """Refuse, before anything is changed, a division of the head by ``divisor`` whose result the model cannot
     carry in its dtype: a head that already holds NaN/inf, a row norm whose square overflows (then every
     logit, and with a tied head the input LayerNorm too, is inf/NaN: ``rescale --k 1e-36``), or a bias
     that overflows."""
-    weight = projection.weight.detach()
+    weight = head.weight.detach()
     largest = torch.finfo(weight.dtype).max
     limit = math.sqrt(largest)
     rows = float(weight.float().norm(dim=1).max()) if weight.numel() else 0.0
@@ -137,16 +137,16 @@ def check_division(projection: nn.Linear, divisor: float, divide_bias: bool = Fa
             f"must stay below {limit:.3g}), so every vector would be inf/NaN; the model was left "
             f"unchanged (use a larger k)"
         )
-    bias = projection.bias
+    bias = head.bias
     peak = float(bias.detach().float().abs().max()) if divide_bias and bias is not None and bias.numel() else 0.0
     if not peak / divisor < largest:  # also NaN
         raise SpladekitError(f"dividing the head bias by {divisor:g} gives NaN/inf; the model was left unchanged")
 
 
-def _untie(model: PreTrainedModel, projection: nn.Linear) -> None:
-    inputs = model.get_input_embeddings()
+def _untie(model: PreTrainedModel, head: MLMHead) -> None:
+    projection = head.projection
     new_weight = nn.Parameter(projection.weight.detach().clone())
-    _rebind(model, projection.weight, new_weight, skip=inputs)
+    _rebind(model, projection.weight, new_weight, skip=head.input_embeddings)
     if projection.bias is not None:
         # A bias shared with another module (BERT's cls.predictions.bias) would be written once and
         # not re-tied on reload; the projection gets its own, so the saved folder is exact.
@@ -156,8 +156,9 @@ def _untie(model: PreTrainedModel, projection: nn.Linear) -> None:
 
 
 def head_norms(model: PreTrainedModel) -> dict:
-    weight = vocab_projection(model).weight.detach().float()
-    bias = vocab_projection(model).bias
+    """The vocabulary projection's Frobenius, mean and max row norms, and its bias' mean and spread."""
+    head = MLMHead.of(model)
+    weight, bias = head.weight.detach().float(), head.bias
     rows = weight.norm(dim=1)
     return {
         "frobenius_norm": float(weight.norm()),
@@ -204,4 +205,4 @@ def recommend_mode(model: PreTrainedModel, k: float) -> str:
     after those runs, so treat it as a measured heuristic, not a law.
     """
     ratio = word_position_ratio(model)
-    return "untie" if k > 1 and is_tied(model) and ratio is not None and ratio / k < 1 else "tied"
+    return "untie" if k > 1 and MLMHead.of(model).tied and ratio is not None and ratio / k < 1 else "tied"
