@@ -29,7 +29,7 @@ from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.monitors import CollapseDetector, read_metrics
 from spladekit.train.setup import parameter_groups
-from spladekit.train.step import StepSettings, encode_examples, forward_backward, objective
+from spladekit.train.step import StepSettings, collapse_signals, encode_examples, forward_backward, objective
 from tiny_models import build_tiny_model
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
 
@@ -454,7 +454,20 @@ def test_metrics_carry_the_collapse_signals(tiny_bert, triplets_file, tmp_path):
     record = read_metrics(run.output)[-1]
     batch, negatives = 4, 1  # tiny_config
     assert record["uniform_loss"] == pytest.approx(math.log(batch + negatives))
-    assert record["score_spread"] >= 0 and -1 <= record["doc_similarity"] <= 1
+    assert {"score_spread", "doc_similarity"} <= record.keys()
+
+
+def test_collapse_signals_measure_the_spread_of_scores_and_the_likeness_of_documents():
+    q = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    alike = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # every candidate scores 1 for both queries
+    uniform = collapse_signals(q, alike, alike.view(2, 1, 3), torch.cat([alike, alike]))
+    assert float(uniform["score_spread"]) == 0.0 and float(uniform["doc_similarity"]) == pytest.approx(1.0)
+    p, n = torch.eye(3)[:2], torch.tensor([[[0.0, 0.0, 1.0]], [[0.0, 0.0, 1.0]]])
+    apart = collapse_signals(q, p, n, torch.cat([p, n.flatten(0, 1)]))
+    # each query scores its positive 1 and the two other candidates 0: std of (1, 0, 0) = sqrt(1/3)
+    assert float(apart["score_spread"]) == pytest.approx(math.sqrt(1 / 3))
+    # of the 12 ordered pairs of distinct documents only the two negatives (n0, n1), (n1, n0) are alike
+    assert float(apart["doc_similarity"]) == pytest.approx(2 / 12)
 
 
 HEALTHY_REPORT = {  # the shape of `spladekit diagnose` of a healthy SPLADE model (values illustrative)

@@ -94,11 +94,11 @@ def diagnose(
     """Measure the vocabulary projection (norms, tying, bias) and the SPLADE vectors it gives untrained."""
     from spladekit.data import read_triplets
     from spladekit.data.samples import SAMPLE_PAIRS
-    from spladekit.model.diagnosis import check_scoring_mode
     from spladekit.model.diagnosis import diagnose as diagnose_head
     from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.head import parse_mode
 
-    check_scoring_mode(mode)
+    parse_mode(mode, allow_auto=True)
     with opened(output, folder=False, overwrite=overwrite) as staged:
         pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS
         if sample is not None:

@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -47,7 +48,7 @@ from spladekit.experiments.inflate import inflate
 from spladekit.model.backbone import MLMHead, check_model_folder, remote_code_hint
 from spladekit.model.diagnosis import diagnose
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.head import RESCALE_MODES, parse_k
+from spladekit.model.head import parse_k, parse_mode
 from spladekit.model.loading import load_model
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.config import apply_override, build_dataclass, config_from_dict, read_yaml
@@ -120,18 +121,13 @@ class Cell:
 
 
 # ------------------------------------------------------------------------------------------- config
-def _check_k(value: object, where: str, source: str) -> float | str:
+def _checked(parse: Callable[..., Any], values: list, where: str, source: str) -> list:
+    """Each value through the one parser of its kind (:func:`parse_k`, :func:`parse_mode`), "auto" allowed; a
+    bad one is an error naming the file and the key."""
     try:
-        return parse_k(value, allow_auto=True)
+        return [parse(value, allow_auto=True) for value in values]
     except SpladekitError as error:
         raise InputError(f"{where}: {error}", source) from None
-
-
-def _check_modes(values: list, where: str, source: str) -> list[str]:
-    for mode in values:
-        if mode not in (*RESCALE_MODES, "auto"):
-            raise InputError(f"{where}: rescale mode must be 'tied', 'untie' or 'auto', got {mode!r}", source)
-    return list(values)
 
 
 def _check_seeds(values: list | None, source: str) -> list[int] | None:
@@ -169,8 +165,8 @@ def load_sweep(path: str | Path) -> SweepConfig:
         spec = build_dataclass(BackboneSpec, item, f"backbones[{index}].", source)
         if not spec.name or not spec.id:
             raise InputError(f"backbones[{index}]: 'name' and 'id' are required", source)
-        spec.k = [_check_k(k, f"backbones[{index}].k", source) for k in spec.k] if spec.k else None
-        spec.modes = _check_modes(spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
+        spec.k = _checked(parse_k, spec.k, f"backbones[{index}].k", source) if spec.k else None
+        spec.modes = _checked(parse_mode, spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
         for assignment in spec.set or []:
             if str(assignment).startswith(("backbone.", "rescale.")):
                 raise InputError(
@@ -181,8 +177,8 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if len(set(names)) != len(names):
         raise InputError(f"backbone names must be unique, got {names}", source)
     sweep.backbones = specs
-    sweep.k = [_check_k(k, "k", source) for k in sweep.k]
-    sweep.modes = _check_modes(sweep.modes, "modes", source)
+    sweep.k = _checked(parse_k, sweep.k, "k", source)
+    sweep.modes = _checked(parse_mode, sweep.modes, "modes", source)
     sweep.seeds = _check_seeds(sweep.seeds, source)
     for baseline in sweep.baselines:
         if baseline not in BASELINES:

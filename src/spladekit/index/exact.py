@@ -34,7 +34,7 @@ import scipy.sparse as sp
 # scipy's C kernel behind ``csc_matrix @ vector``: ``y[Ai[j]] += Ax[j] × x[col]``, in place, GIL released.
 # Called once per query term on the whole index's arrays (the term's range, no copy). The public operator
 # would allocate an n_docs result per call, and selecting the query's posting lists first (``P[terms]``)
-# copies them (about half as fast when measured for issue 13, and the copy did not gain from threads).
+# copies them (about half as fast when measured, docs/benchmarks.md "Search", and the copy did not gain from threads).
 from scipy.sparse._sparsetools import csc_matvec
 
 from spladekit.common.sparse import best_first

@@ -21,10 +21,15 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from spladekit.common.errors import SpladekitError
 from spladekit.data.samples import SAMPLE_PAIRS
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.head import RESCALE_MODES, head_norms, recommend_mode, rescale_record, word_position_ratio
+from spladekit.model.head import (
+    head_norms,
+    parse_mode,
+    recommend_mode,
+    rescale_record,
+    word_position_ratio,
+)
 from spladekit.model.pooling import splade_max_pool_fused
 
 # auto-k: candidates, and the typical initial query–document score of a healthy SPLADE model: the median
@@ -131,12 +136,6 @@ def recommend_k(
     return float(ordered[-1])
 
 
-def check_scoring_mode(mode: str) -> str:
-    if mode not in (*RESCALE_MODES, "auto"):
-        raise SpladekitError(f"mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
-    return mode
-
-
 def diagnose(
     encoder: SparseEncoder, pairs: Sequence[tuple[str, str]] = SAMPLE_PAIRS, max_length: int = 256, mode: str = "auto"
 ) -> HeadReport:
@@ -145,7 +144,7 @@ def diagnose(
     ``mode``: the rescaling each candidate k is scored under (``tied``, ``untie``), or ``auto``: scored as
     tied, and when :func:`spladekit.model.head.recommend_mode` then picks ``untie`` for that k, scored again head
     only and the k of that scoring recommended (the model that will really be trained)."""
-    check_scoring_mode(mode)
+    parse_mode(mode, allow_auto=True)
     model = encoder.model
     queries = [query for query, _ in pairs]
     documents = [document for _, document in pairs]
@@ -206,7 +205,7 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
       :func:`spladekit.model.head.rescale` has just said so, as it does when its own tied rescaling causes it.
       Otherwise the ratio came with the model, and no rescale mode raises it (untie leaves the input
       embeddings as they are, tied divides them too): the message says where it came from instead of
-      advising untie (docs/results/head-only-inflation.md, P7)."""
+      advising untie (docs/results/head-only-inflation.md, the positions × 8 runs)."""
     warnings = []
     score = report.median_pair_score
     if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:

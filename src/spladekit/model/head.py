@@ -49,6 +49,15 @@ def parse_k(value: object, allow_auto: bool = False) -> float | str:
     return number
 
 
+def parse_mode(value: object, allow_auto: bool = False) -> str:
+    """A rescale mode: ``tied`` or ``untie`` (or ``"auto"`` where allowed); anything else is a
+    :class:`SpladekitError` (the one check of a mode, for the API, the CLI, diagnosis and sweeps)."""
+    choices = (*RESCALE_MODES, "auto") if allow_auto else RESCALE_MODES
+    if not isinstance(value, str) or value not in choices:
+        raise SpladekitError(f"mode must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def _rebind(model: PreTrainedModel, old: torch.Tensor, new: nn.Parameter, skip: nn.Module | None = None) -> None:
     for module in model.modules():
         if module is skip:
@@ -74,7 +83,7 @@ def rescale(model: PreTrainedModel, k: float, mode: str = "tied", rescale_bias: 
         ratio = word_position_ratio(model)
         assert ratio is not None  # recommend_mode says untie only when there is a ratio
         # below 1 already (the backbone's own positions outweigh its words): untie keeps it from falling
-        # further but cannot raise it (docs/results/head-only-inflation.md, P7)
+        # further but cannot raise it (docs/results/head-only-inflation.md, the positions × 8 runs)
         already = (
             " — but the words are below the positions already, which no mode changes: the model may collapse either way"
             if ratio < 1
@@ -103,8 +112,7 @@ def divide_head(
     so that a simulated backbone can still be rescaled afterwards.
     """
     divisor = float(parse_k(divisor))
-    if mode not in RESCALE_MODES:
-        raise SpladekitError(f"rescale mode must be one of {RESCALE_MODES}, got {mode!r}")
+    parse_mode(mode)
     head = MLMHead.of(model)
     check_division(head, divisor, divide_bias)
     with torch.no_grad():

@@ -15,11 +15,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spladekit.common.errors import SpladekitError
 from spladekit.data.samples import SAMPLE_PAIRS
 from spladekit.model.diagnosis import HeadReport, diagnose
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.head import RESCALE_MODES, parse_k, recommend_mode, rescale
+from spladekit.model.head import parse_k, parse_mode, recommend_mode, rescale
 
 log = logging.getLogger("spladekit")
 
@@ -53,8 +52,7 @@ def resolve_rescale(
 
     ``report``: a diagnosis of ``encoder`` already made on ``pairs`` with this ``mode`` (the quickstart shows it
     to the user); ``k="auto"`` then takes its ``recommended_k`` instead of diagnosing again."""
-    if mode not in (*RESCALE_MODES, "auto"):
-        raise SpladekitError(f"rescale mode must be one of {', '.join((*RESCALE_MODES, 'auto'))}, got {mode!r}")
+    parse_mode(mode, allow_auto=True)
     if k is None:
         return RescaleRecord(None, "none", rescale_bias)
     auto = []
