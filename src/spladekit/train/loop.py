@@ -210,20 +210,15 @@ def _train(
     place: InPlace | None,
 ) -> TrainedRun:
     run = start(config, output, resume, overwrite, processes, place)
-    opt, settings = run.config.optimization, StepSettings.of(run.config)
+    opt, settings, device = run.config.optimization, StepSettings.of(run.config), processes.device
     try:
         for step in range(run.start + 1, opt.steps + 1):
             began = time.perf_counter()
             examples = run.training_set.batch(step, opt.batch_size, settings.negatives, run.config.seed)
             lambdas = regularization_weights(step, run.config.regularizer)
-            result = forward_backward(
-                run.encoder,
-                split_batch(examples, opt.accumulation, processes),
-                teacher_scores(examples, processes.device),
-                lambdas,
-                settings,
-                processes,
-            )
+            micro_batches = split_batch(examples, opt.accumulation, processes)
+            teacher = teacher_scores(examples, device)
+            result = forward_backward(run.encoder, micro_batches, teacher, lambdas, settings, processes)
             grad_norm, lr = update(run, step, result.loss)
             run.window.add(result, opt.batch_size, time.perf_counter() - began)
             log_step(run, step, result, lambdas, grad_norm, lr)
