@@ -12,12 +12,12 @@ search, and when given at build time it becomes the index's default (saved with 
 from __future__ import annotations
 
 import json
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from spladekit.common.errors import SpladekitError
+from spladekit.common.schema import Allowed
 
 ROLES = ("build", "search")
 TYPES = (int, float, bool, str)
@@ -52,12 +52,13 @@ class Param:
             return "true or false"
         if self.type is str:
             return f"one of {', '.join(self.choices)}" if self.choices else "a non-empty string"
-        bounds = []
-        if self.minimum is not None:
-            bounds.append(f"{'>' if self.exclusive_minimum else '>='} {self.minimum:g}")
-        if self.maximum is not None:
-            bounds.append(f"<= {self.maximum:g}")
-        return " ".join(["an integer" if self.type is int else "a finite number", " and ".join(bounds)]).strip()
+        kind = "an integer" if self.type is int else "a finite number"
+        return f"{kind} {self.limits.bounds()}".strip()
+
+    @property
+    def limits(self) -> Allowed:
+        """The numeric range, as the config schema declares its fields (one range check, one wording)."""
+        return Allowed(self.minimum, self.exclusive_minimum, self.maximum)
 
     def describe(self) -> str:
         """One line of help: ``name ([search;] allowed values, which say the type; default): help``."""
@@ -77,14 +78,9 @@ class Param:
                 return value
             raise ValueError
         number = _to_number(value, self.type)
-        if not math.isfinite(number) or not self._in_range(number):
+        if not self.limits.accepts(number):  # finite, within the bounds
             raise ValueError
         return number
-
-    def _in_range(self, number: float) -> bool:
-        if self.minimum is not None and (number < self.minimum or (self.exclusive_minimum and number == self.minimum)):
-            return False
-        return self.maximum is None or number <= self.maximum
 
 
 def _to_bool(value: object) -> bool:
