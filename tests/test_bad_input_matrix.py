@@ -108,22 +108,22 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # diagnose
     (
         "diagnose-missing-model",
-        lambda t, w: ["diagnose", t / "nope" / "model", "--output", t / "OUT.json"],
+        lambda t, w: ["diagnose", t / "nope" / "model", "--json-out", t / "OUT.json"],
         "no such model folder",
     ),
     (
         "diagnose-no-weights",
-        lambda t, w: ["diagnose", write(t / "bad" / "config.json", "{}").parent, "--output", t / "OUT.json"],
+        lambda t, w: ["diagnose", write(t / "bad" / "config.json", "{}").parent, "--json-out", t / "OUT.json"],
         "no model weights",
     ),
     (
         "diagnose-truncated-safetensors",
-        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", truncate_weights), "--output", t / "OUT.json"],
+        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", truncate_weights), "--json-out", t / "OUT.json"],
         "model.safetensors",
     ),
     (
         "diagnose-config-wrong-type",
-        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", retype_config), "--output", t / "OUT.json"],
+        lambda t, w: ["diagnose", damaged_copy(w["model"], t / "bad", retype_config), "--json-out", t / "OUT.json"],
         "config.json",
     ),
     (
@@ -133,14 +133,14 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             w["model"],
             "--sample",
             write(t / "bad" / "s.tsv", "only one field\n"),
-            "--output",
+            "--json-out",
             t / "OUT.json",
         ],
         "s.tsv:1:",
     ),
     (
         "diagnose-bad-mode",
-        lambda t, w: ["diagnose", w["model"], "--mode", "sideways", "--output", t / "OUT.json"],
+        lambda t, w: ["diagnose", w["model"], "--mode", "sideways", "--json-out", t / "OUT.json"],
         "mode must be one of tied, untie, auto, got 'sideways'",
     ),
     # rescale
@@ -406,12 +406,12 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # evaluate
     (
         "evaluate-missing-data",
-        lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--output", t / "OUT.json"],
+        lambda t, w: ["evaluate", w["model"], "--data", str(t / "nope"), "--json-out", t / "OUT.json"],
         "no such collection folder",
     ),
     (
         "evaluate-dry-run-with-output",
-        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run", "--output", t / "OUT.json"],
+        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--dry-run", "--json-out", t / "OUT.json"],
         "--dry-run writes nothing",
     ),
     (
@@ -421,7 +421,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     ),
     (
         "evaluate-missing-split",
-        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev", "--output", t / "OUT.json"],
+        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--split", "dev", "--json-out", t / "OUT.json"],
         "no split 'dev'",
     ),
     (
@@ -433,7 +433,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             damaged_copy(
                 w["beir"], t / "bad", lambda f: write(f / "qrels" / "test.tsv", "query-id\tcorpus-id\tscore\nq1\td1\n")
             ),
-            "--output",
+            "--json-out",
             t / "OUT.json",
         ],
         "test.tsv:2:",
@@ -447,7 +447,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             w["beir"],
             "--param",
             "query_batch=abc",
-            "--output",
+            "--json-out",
             t / "OUT.json",
         ],
         "query_batch",
@@ -461,7 +461,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             w["beir"],
             "--max-active-dims",
             "0",
-            "--output",
+            "--json-out",
             t / "OUT.json",
         ],
         "max_active_dims",
@@ -564,12 +564,12 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # explain
     (
         "explain-missing-model",
-        lambda t, w: ["explain", t / "nope" / "model", "a query", "--output", t / "OUT.json"],
+        lambda t, w: ["explain", t / "nope" / "model", "a query", "--json-out", t / "OUT.json"],
         "no such model folder",
     ),
     (
         "explain-empty-text",
-        lambda t, w: ["explain", w["model"], "a query", "  ", "--output", t / "OUT.json"],
+        lambda t, w: ["explain", w["model"], "a query", "  ", "--json-out", t / "OUT.json"],
         "document is empty",
     ),
     (
@@ -583,7 +583,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             "explain",
             w["model"],
             "a query",
-            "--output",
+            "--json-out",
             t / "OUT.json",
             "--html",
             write(t / "page.html", "keep"),
@@ -600,12 +600,16 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             w["beir"] / "corpus.jsonl",
             "--doc-id",
             "nope",
-            "--output",
+            "--json-out",
             t / "OUT.json",
         ],
         "no document with id 'nope'",
     ),
-    ("explain-three-texts", lambda t, w: ["explain", w["model"], "a", "b", "c", "--output", t / "OUT.json"], "3 texts"),
+    (
+        "explain-three-texts",
+        lambda t, w: ["explain", w["model"], "a", "b", "c", "--json-out", t / "OUT.json"],
+        "3 texts",
+    ),
     # mine
     (
         "mine-no-train-split",

@@ -29,7 +29,7 @@ def corpus(tmp_path):
 
 
 def test_diagnose_json(tiny_model_dirs, tmp_path, cli):
-    result = cli("diagnose", tiny_model_dirs["roberta"], "--json", "--output", tmp_path / "d.json")
+    result = cli("diagnose", tiny_model_dirs["roberta"], "--json", "--json-out", tmp_path / "d.json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report == json.loads((tmp_path / "d.json").read_text())
@@ -148,11 +148,11 @@ def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respecte
     model = tiny_model_dirs["bert"]
     report = tmp_path / "report.json"
     report.write_text("keep")
-    result = cli("diagnose", model, "--output", report)
+    result = cli("diagnose", model, "--json-out", report)
     assert result.returncode == 2 and "already exists" in result.stderr and "--overwrite" in result.stderr
     assert report.read_text() == "keep"
     result = subprocess.run(
-        [sys.executable, "-m", "spladekit", "diagnose", str(model), "--output", str(report), "--overwrite"],
+        [sys.executable, "-m", "spladekit", "diagnose", str(model), "--json-out", str(report), "--overwrite"],
         capture_output=True,
         text=True,
         preexec_fn=lambda: os.umask(0o002),
@@ -161,7 +161,7 @@ def test_output_file_existing_refused_replaced_with_overwrite_and_umask_respecte
     assert json.loads(report.read_text())["architecture"] == "BertForMaskedLM"
     assert stat.S_IMODE(report.stat().st_mode) == 0o664  # not mkstemp's 0600
     (tmp_path / "folder.json").mkdir()
-    result = cli("diagnose", model, "--output", tmp_path / "folder.json", "--overwrite")
+    result = cli("diagnose", model, "--json-out", tmp_path / "folder.json", "--overwrite")
     assert result.returncode == 2 and "is a folder" in result.stderr and "Traceback" not in result.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

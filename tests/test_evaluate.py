@@ -244,7 +244,7 @@ def test_cli_evaluate_json_and_table(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
     out = tmp_path / "results.json"
     done = cli(
-        "evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs", "--output", out
+        "evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs", "--json-out", out
     )
     assert done.returncode == 0, done.stderr
     assert "mini" in done.stdout and "nDCG@10" in done.stdout and "flops" in done.stdout  # the table
@@ -321,11 +321,11 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
     (tmp_path / "results.json").write_text("keep")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "old.trec").write_text("keep")
-    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
+    done = cli("evaluate", model_dir, "--data", folder, "--json-out", tmp_path / "results.json")
     assert done.returncode == 2 and "results.json: output already exists" in done.stderr
     done = cli("evaluate", model_dir, "--data", folder, "--run-dir", tmp_path / "runs")
     assert done.returncode == 2 and "runs: output already exists" in done.stderr
-    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "runs", "--overwrite")
+    done = cli("evaluate", model_dir, "--data", folder, "--json-out", tmp_path / "runs", "--overwrite")
     assert done.returncode == 2 and "is a folder" in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "results.json").read_text() == "keep" and (tmp_path / "runs" / "old.trec").read_text() == "keep"
     done = cli(
@@ -335,7 +335,7 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
         folder,
         "--max-length",
         64,
-        "--output",
+        "--json-out",
         tmp_path / "results.json",
         "--run-dir",
         tmp_path / "runs",
@@ -409,7 +409,7 @@ def test_evaluation_result_refuses_values_of_the_wrong_type(change, message):
 
 def test_cli_evaluate_refuses_a_query_id_with_whitespace_with_file_and_line(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini", queries={"q1": "capital of france", "q\t2": "a vaccine"})
-    done = cli("evaluate", model_dir, "--data", folder, "--output", tmp_path / "results.json")
+    done = cli("evaluate", model_dir, "--data", folder, "--json-out", tmp_path / "results.json")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"error: {folder / 'queries.jsonl'}:2: field '_id' 'q\\t2' contains "

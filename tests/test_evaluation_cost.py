@@ -142,6 +142,6 @@ def test_cli_dry_run_json_and_refuses_outputs(cli, tmp_path, tiny_model_dirs, mo
     payload = json.loads(result.stdout)
     assert payload["members"][0]["documents"] == len(DOCS) and payload["backend"] == "exact"
     assert not (tmp_path / "cache").exists()
-    refused = cli("evaluate", model, "--data", folder, "--dry-run", "--output", tmp_path / "out.json")
+    refused = cli("evaluate", model, "--data", folder, "--dry-run", "--json-out", tmp_path / "out.json")
     assert refused.returncode == 2 and "--dry-run writes nothing" in refused.stderr
     assert not (tmp_path / "out.json").exists()

@@ -179,7 +179,7 @@ def test_cli_json_keys_files_and_doc_id(cli, model_dir, tmp_path):
     assert len(payload["terms"]) == 3 and {"term", "token", "id", "weight"} <= payload["terms"][0].keys()
 
     output, page = tmp_path / "pair.json", tmp_path / "pair.html"
-    two = cli("explain", model_dir, QUERY, DOCUMENT, "--top", "5", "--output", output, "--html", page)
+    two = cli("explain", model_dir, QUERY, DOCUMENT, "--top", "5", "--json-out", output, "--html", page)
     assert two.returncode == 0, two.stderr
     assert "q_v·d_v" in two.stdout
     pair = json.loads(output.read_text())

@@ -43,7 +43,7 @@ def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
             "test",
             "--max-length",
             "256",
-            "--output",
+            "--json-out",
             str(out),
             "--json",
         ],

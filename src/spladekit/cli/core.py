@@ -25,11 +25,10 @@ DEVICE = typer.Option(
 )
 JSON_OUTPUT = typer.Option(
     None,
-    "--output",
-    "-o",
+    "--json-out",
     help="Also write the JSON result to this file (must not exist unless --overwrite; checked before the work).",
 )
-OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --output file.")
+OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --json-out file.")
 
 
 def max_active_dims_option(what: str) -> Any:  # typer.Option's own return type

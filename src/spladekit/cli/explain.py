@@ -45,7 +45,7 @@ def explain(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output or --html file."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --json-out or --html file."),
 ) -> None:
     """Show what a SPLADE vector holds (top terms and weights), or why a document scores what it does for a
     query (shared terms by contribution q_v·d_v; they sum to the score)."""
@@ -77,7 +77,7 @@ def explain(
     for number, text in enumerate(texts, start=1):
         check_text(text, ("query" if number == 1 else "document") if pair else "text")
     if output is not None and html is not None and os.path.abspath(output) == os.path.abspath(html):
-        raise SpladekitError(f"{html}: --output and --html name the same file")
+        raise SpladekitError(f"{html}: --json-out and --html name the same file")
 
     with (
         opened(output, folder=False, overwrite=overwrite) as staged_json,

@@ -260,7 +260,7 @@ def evaluate(
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing --output file and --run-dir folder."
+        False, "--overwrite", help="Replace an existing --json-out file and --run-dir folder."
     ),
     dry_run: bool = typer.Option(
         False,
@@ -268,7 +268,7 @@ def evaluate(
         help="Evaluate nothing: print the estimated encode / index / "
         "search time and disk for DATA (a suite: each collection and the total) from a "
         "short measurement on this machine (docs/evaluation.md). Reads no corpus, writes "
-        "nothing (no --output, --run-dir or cache).",
+        "nothing (no --json-out, --run-dir or cache).",
     ),
     dry_run_sample: int = typer.Option(
         64,
@@ -291,7 +291,7 @@ def evaluate(
         from spladekit.evaluation.cost import estimate_evaluation, estimate_table, workloads
 
         if output is not None or run_dir is not None:
-            raise SpladekitError("--dry-run writes nothing: drop --output / --run-dir (--json prints the estimate)")
+            raise SpladekitError("--dry-run writes nothing: drop --json-out / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
         encoder = load_model(model, trust_remote_code=trust_remote_code)
         estimate = estimate_evaluation(
@@ -312,7 +312,7 @@ def evaluate(
         emit({"model": model, **estimate}, as_json, None, estimate_table(estimate))
         return
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
-        raise SpladekitError(f"{output}: --output and --run-dir must differ")
+        raise SpladekitError(f"{output}: --json-out and --run-dir must differ")
     with (
         opened(output, folder=False, overwrite=overwrite) as staged,
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,

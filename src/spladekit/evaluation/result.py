@@ -1,6 +1,6 @@
 """``EvaluationResult``: the artifact of evaluation — metrics, per-query values, efficiency, provenance.
 
-JSON form (``to_dict`` / ``save``; the ``spladekit evaluate --output`` contract): the mean of each
+JSON form (``to_dict`` / ``save``; the ``spladekit evaluate --json-out`` contract): the mean of each
 measure under its ir_measures name at the top level (``nDCG@10``, ``RR@10``, ``R@1000``…), the
 efficiency numbers (``flops``, ``avg_q_nnz``, ``avg_d_nnz``, ``docs``, ``queries``,
 ``search_ms_per_query``), the timings, the provenance (source, backend, k, max length, cache…), plus
