@@ -148,7 +148,10 @@ def search(
     ),
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query."),
     max_length: Optional[int] = typer.Option(
-        None, min=8, help="Query token limit (default: the model's query limit, else its max length)."
+        None,
+        "--query-max-length",
+        min=8,
+        help="Query token limit (default: the model's query limit, else its max length).",
     ),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
