@@ -6,7 +6,7 @@ exports it in another, which reports its own ``ru_maxrss`` (Linux carries the pa
 fork into the child's maximum, so this parent never holds a corpus). Terms are synthetic (``t00000``…), so
 no tokenizer is loaded.
 
-    flock /work/heavy.lock nice -n 10 python benchmarks/ciff_export.py --docs 50000 200000
+    python benchmarks/ciff_export.py --docs 50000 200000
 """
 
 from __future__ import annotations
