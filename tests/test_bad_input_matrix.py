@@ -548,6 +548,20 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "quantization scale",
     ),
     (
+        "export-opensearch-negative-scale",
+        lambda t, w: [
+            "export",
+            w["vectors"],
+            "--format",
+            "opensearch",
+            "--output",
+            t / "OUT",
+            "--quantization-scale",
+            "-3",
+        ],
+        "quantization scale must be a positive finite number",
+    ),
+    (
         "export-ciff-nan-scale",
         lambda t, w: [
             "export",

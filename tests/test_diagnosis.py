@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import torch
 
 from spladekit import SparseEncoder
+from spladekit.common.errors import InputError
 from spladekit.model.backbone import MLMHead
-from spladekit.model.diagnosis import AUTO_K_CANDIDATES, diagnose, recommend_k
+from spladekit.model.diagnosis import AUTO_K_CANDIDATES, HeadReport, diagnose, recommend_k
 from tiny_models import ARCHITECTURES, build_tiny_model
 
 DIAGNOSE_KEYS = {
@@ -89,3 +93,20 @@ def test_auto_mode_scores_k_under_the_mode_it_recommends(tmp_path):
     expected = diagnose(encoder, mode=report.recommended_mode)
     assert report.k_scored_as == report.recommended_mode
     assert (report.recommended_k, report.scores_by_k) == (expected.recommended_k, expected.scores_by_k)
+
+
+def test_a_head_report_round_trips_and_a_damaged_one_names_its_file(tiny_model_dirs, tmp_path):
+    report = diagnose(SparseEncoder.from_pretrained(tiny_model_dirs["bert"]))
+    assert HeadReport.from_dict(json.loads(json.dumps(report.to_dict())), tmp_path / "r.json") == report
+    for damaged, message in [
+        ({"frobenius_norm": "big"}, "'frobenius_norm' must be a number, got 'big'"),
+        ({"tied": 1}, "'tied' must be true or false"),
+        ({"scores_by_k": [1, 2]}, "'scores_by_k' must be a JSON object"),
+        ({"surprise": 1}, "unknown key(s) surprise"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(message)) as caught:
+            HeadReport.from_dict(report.to_dict() | damaged, tmp_path / "r.json")
+        assert "r.json" in str(caught.value)
+    without = {key: value for key, value in report.to_dict().items() if key != "recommended_k"}
+    with pytest.raises(InputError, match="no 'recommended_k'"):
+        HeadReport.from_dict(without, tmp_path / "r.json")

@@ -213,20 +213,23 @@ class MLMHead:
     architectures spladekit has never seen) and handed to diagnosis, rescaling and the norms.
 
     ``projection`` maps hidden states to vocabulary logits (``weight`` V × H, ``bias`` V or None); ``path`` is
-    its dotted name in the model (``cls.predictions.decoder``); ``input_embeddings`` is the table it may share
-    its weight with. ``tied`` is read live: an ``untie`` rescaling gives the projection a weight of its own.
+    its dotted name in ``model`` (``cls.predictions.decoder``, found when asked for); ``input_embeddings`` is the
+    table it may share its weight with. ``tied`` is read live: an ``untie`` rescaling gives the projection a
+    weight of its own.
     """
 
+    model: PreTrainedModel
     projection: nn.Linear
-    path: str
     input_embeddings: nn.Embedding
 
     @classmethod
     def of(cls, model: PreTrainedModel) -> MLMHead:
-        projection = _projection(model)
-        path = next(name for name, module in model.named_modules() if module is projection)
         # typed nn.Module by transformers; a masked LM's input embeddings are a table with a .weight
-        return cls(projection, path, cast(nn.Embedding, model.get_input_embeddings()))
+        return cls(model, _projection(model), cast(nn.Embedding, model.get_input_embeddings()))
+
+    @property
+    def path(self) -> str:
+        return next(name for name, module in self.model.named_modules() if module is self.projection)
 
     @property
     def weight(self) -> torch.Tensor:

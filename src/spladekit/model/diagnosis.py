@@ -16,11 +16,17 @@ states: the backbone runs once per candidate on the divided matrix (restored bit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import typing
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
+from spladekit.common.errors import InputError
+from spladekit.common.lines import expect
+from spladekit.common.schema import type_options
 from spladekit.data.samples import SAMPLE_PAIRS
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.head import (
@@ -73,6 +79,25 @@ class HeadReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict, source: str | Path) -> HeadReport:
+        """Inverse of :meth:`to_dict`: every field that has no default present, every value of its declared type
+        (``float | None`` → a number or null; ``list[str]`` → a list), no unknown key; an :class:`InputError` naming
+        ``source`` otherwise."""
+        hints = typing.get_type_hints(cls)
+        known = {item.name: item for item in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise InputError(f"not a head report: unknown key(s) {', '.join(unknown)}", source)
+        for name, item in known.items():
+            if name not in values:
+                if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+                    raise InputError(f"not a head report: no {name!r}", source)
+                continue
+            kinds = tuple(typing.get_origin(option) or option for option in type_options(hints[name]))
+            expect(values[name], kinds, repr(name), source)
+        return cls(**values)
 
 
 def _pooled_by_k(

@@ -149,11 +149,8 @@ class Training:
     evaluations: MetricsLog | None
     collapse: CollapseDetector
     progress: tqdm
+    parameters: list[torch.nn.Parameter]  # the trainable ones, listed once
     window: LogWindow = field(default_factory=LogWindow)
-
-    @property
-    def parameters(self) -> list[torch.nn.Parameter]:
-        return [p for p in self.encoder.parameters() if p.requires_grad]
 
     def close(self) -> None:
         self.progress.close()
@@ -295,6 +292,7 @@ def start(
         progress=tqdm(
             total=opt.steps, initial=first, desc="training", unit="step", disable=not (processes.main and log.progress)
         ),
+        parameters=[p for p in encoder.parameters() if p.requires_grad],
     )
 
 

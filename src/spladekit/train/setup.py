@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from spladekit.common.atomic import atomic_file, check_new_output
-from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.errors import SpladekitError
 from spladekit.common.lines import read_json
 from spladekit.data.training import TrainingSet
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
@@ -95,11 +95,7 @@ def read_initial_head(output: Path) -> HeadReport | None:
     path = output / INITIAL_HEAD_FILE
     if not path.is_file():
         return None
-    values = read_json(path, dict)
-    try:
-        return HeadReport(**values)
-    except TypeError as error:
-        raise InputError(f"not a head report ({error})", path) from None
+    return HeadReport.from_dict(read_json(path, dict), path)
 
 
 def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
