@@ -413,19 +413,18 @@ def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
     )
 
 
-def test_a_backbone_can_divide_the_bias_too(tmp_path):
+def test_a_backbone_can_divide_the_bias_too_and_scale_the_lr(tmp_path):
     from spladekit.experiments.sweep import _run_values
 
+    model = str(build_tiny_model("bert", tmp_path / "b"))
     sweep = load_sweep(
-        write_sweep(
-            tmp_path,
-            backbones=[{"name": "b", "id": str(build_tiny_model("bert", tmp_path / "b")), "rescale_bias": True}],
-        )
+        write_sweep(tmp_path, backbones=[{"name": "b", "id": model, "rescale_bias": True, "lr_scale": True}])
     )
     assert _run_values(sweep, sweep.backbones[0], Cell("b", 8.0, "tied"), "x")["rescale"] == {
         "k": 8.0,
         "mode": "tied",
         "rescale_bias": True,
+        "lr_scale": True,
     }
     assert _run_values(sweep, sweep.backbones[0], Cell("b", 1.0, "none"), "x")["rescale"] == {"k": None}
 

@@ -186,9 +186,10 @@ def test_resume_continues_the_table_exactly(tiny_bert, triplets_file, tmp_path):
 
 
 def test_query_weights_lr_is_its_own_parameter_group(free_model):
+    from spladekit.train.config import OptimizationConfig
     from spladekit.train.setup import parameter_groups
 
-    groups = parameter_groups(free_model, 0.01, True, query_weights_lr=0.5)
+    groups = parameter_groups(free_model, OptimizationConfig(weight_decay=0.01), query_weights_lr=0.5)
     assert groups[-1]["params"] == [free_model.query_weights] and groups[-1]["lr"] == 0.5
     assert all(p is not free_model.query_weights for group in groups[:-1] for p in group["params"])
 

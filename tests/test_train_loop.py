@@ -27,6 +27,7 @@ from spladekit.model.backbone import MLMHead
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.train import TrainingStopped, train
 from spladekit.train.checkpoint import checkpoints
+from spladekit.train.config import OptimizationConfig
 from spladekit.train.monitors import CollapseDetector, read_metrics
 from spladekit.train.setup import parameter_groups
 from spladekit.train.step import StepSettings, collapse_signals, encode_examples, forward_backward, objective
@@ -241,7 +242,8 @@ def test_auto_k_resolves_to_a_number_logged_and_recorded(triplets_file, tmp_path
 @pytest.mark.parametrize("decay_embeddings", [True, False])
 def test_no_weight_decay_on_biases_and_layernorm_and_embeddings_by_choice(tiny_bert, decay_embeddings):
     encoder = SparseEncoder.from_pretrained(tiny_bert)
-    decay, no_decay = parameter_groups(encoder, 0.01, decay_embeddings)
+    settings = OptimizationConfig(weight_decay=0.01, decay_embeddings=decay_embeddings)
+    decay, no_decay = parameter_groups(encoder, settings)
     named = dict(encoder.named_parameters())
     assert sorted(map(id, decay["params"] + no_decay["params"])) == sorted(map(id, named.values()))
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0

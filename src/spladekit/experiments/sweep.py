@@ -78,6 +78,7 @@ class BackboneSpec:
     # positions: the position embeddings (spladekit.experiments.inflate.inflate)
     inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
     rescale_bias: bool = False  # divide the head bias by k too (the bias-division ablation)
+    lr_scale: bool = False  # rescale.lr_scale: what the rescaling divided by k learns at lr / k
     k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
     modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
     # recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS λ)
@@ -212,7 +213,7 @@ def _run_values(sweep: SweepConfig, spec: BackboneSpec, cell: Cell, backbone_pat
     }
     rescale: dict[str, object] = {"k": None if cell.k == 1.0 else cell.k}
     if cell.mode != "none":
-        rescale |= {"mode": cell.mode, "rescale_bias": spec.rescale_bias}
+        rescale |= {"mode": cell.mode, "rescale_bias": spec.rescale_bias, "lr_scale": spec.lr_scale}
     values["rescale"] = rescale
     if cell.seed is not None:
         values["seed"] = cell.seed

@@ -7,6 +7,10 @@
 * ``mode="auto"``: :func:`spladekit.model.head.recommend_mode` for the k used (``untie`` when tied rescaling
   would leave word embeddings below position embeddings, else ``tied``);
 * ``k=None``: no rescaling (the mode does not apply: ``"none"``).
+
+:func:`step_factors` is the learning-rate side of the same policy (``rescale.lr_scale``): AdamW moves each weight
+by about ``lr`` a step whatever its size, so a matrix divided by k would otherwise move k× faster relative to
+itself (docs/results/lr-scale.md).
 """
 
 from __future__ import annotations
@@ -14,11 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from torch import nn
 
 from spladekit.data.samples import SAMPLE_PAIRS
+from spladekit.model.backbone import MLMHead
 from spladekit.model.diagnosis import HeadReport, diagnose
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.head import parse_k, parse_mode, recommend_mode, rescale
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger("spladekit")
 
@@ -75,3 +86,19 @@ def apply_rescale(encoder: SparseEncoder, record: RescaleRecord) -> SparseEncode
     if record.k is not None:
         rescale(encoder.model, record.k, mode=record.mode, rescale_bias=record.rescale_bias)
     return encoder
+
+
+def step_factors(model: PreTrainedModel, record: RescaleRecord) -> dict[nn.Parameter, float]:
+    """The learning-rate factor of each parameter ``record``'s rescaling divided: ``1/k`` for the projection
+    (tied: the matrix it shares with the input embeddings) and, with ``rescale_bias``, its bias.
+
+    AdamW's update is ``lr · m̂ / (√v̂ + ε)``, about ``lr`` per coordinate whatever the weight's size: after
+    ``W → W/k`` the gradient grows k× (m̂/√v̂ does not change), so ``W/k`` moves k× faster relative to itself.
+    At ``lr/k`` it moves as ``W`` did, up to ε (relatively k× smaller against a k× larger gradient); the caller
+    multiplies the group's weight decay by k so that AdamW's decoupled shrink ``lr · decay`` stays the same.
+    Nothing here is multiplied by the rescaling, so no factor is above 1. Empty when there was no rescaling."""
+    if record.k is None:
+        return {}
+    head = MLMHead.of(model)
+    divided = [head.weight] + ([head.bias] if record.rescale_bias and head.bias is not None else [])
+    return {cast(nn.Parameter, parameter): 1.0 / record.k for parameter in divided}

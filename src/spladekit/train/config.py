@@ -50,6 +50,9 @@ class RescaleConfig:
     mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
     rescale_bias: bool = False
     auto_pairs: int = allowed(64, minimum=1)  # training (query, positive) pairs that "auto" diagnoses the head on
+    # AdamW: what the rescaling divided by k learns at lr / k (decay × k), the same step relative to each weight
+    # as before rescaling (spladekit.model.rescaling.step_factors; docs/training.md)
+    lr_scale: bool = False
 
 
 @dataclass

@@ -65,6 +65,7 @@ from spladekit.train.setup import (
     CONFIG_FILE,
     initial_encoder,
     initial_head_report,
+    lr_factors,
     parameter_groups,
     prepare_output,
     read_initial_head,
@@ -266,7 +267,8 @@ def start(
         initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
     optimizer = torch.optim.AdamW(
-        parameter_groups(encoder, opt.weight_decay, opt.decay_embeddings, config.model.query_weights_lr), lr=opt.lr
+        parameter_groups(encoder, opt, config.model.query_weights_lr, lr_factors(encoder, config, rescaling)),
+        lr=opt.lr,
     )
     scheduler = get_linear_schedule_with_warmup(optimizer, opt.warmup_steps, opt.steps)
     first = 0 if checkpoint is None else load_training_state(checkpoint, optimizer, scheduler)
@@ -303,7 +305,7 @@ def resumed_encoder(
     encoder = load_model(checkpoint / MODEL_FOLDER, trust_remote_code=config.backbone.trust_remote_code)
     if isinstance(encoder, InferenceFreeEncoder):
         encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
-    saved = load_config(output / CONFIG_FILE).rescale
+    saved = load_config(output / CONFIG_FILE).rescale  # its lr_scale too, through the config
     rescaling = (
         RescaleRecord(None, "none")
         if saved.k is None
@@ -437,6 +439,7 @@ def recipe(config: TrainConfig, initial_head: HeadReport | None) -> dict:
         "training data": config.data.path,
         "rescale_k": config.rescale.k,
         "rescale_mode": config.rescale.mode if config.rescale.k is not None else "none",
+        "rescale_lr_scale": config.rescale.lr_scale,
     }
     if initial_head is not None:
         recipe["initial_head_norms"] = {

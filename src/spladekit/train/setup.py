@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, cast
 
@@ -22,9 +23,9 @@ from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
 from spladekit.model.loading import RetrievalModel
-from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale
+from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale, step_factors
 from spladekit.train.checkpoint import checkpoints
-from spladekit.train.config import TrainConfig, load_config, save_config
+from spladekit.train.config import OptimizationConfig, TrainConfig, load_config, save_config
 
 logger = logging.getLogger("spladekit")
 
@@ -150,25 +151,44 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
     return sorted(changed)
 
 
+def lr_factors(encoder: RetrievalModel, config: TrainConfig, record: RescaleRecord) -> dict[torch.nn.Parameter, float]:
+    """``rescale.lr_scale``: the learning-rate factors of what the rescaling divided (none when it is off)."""
+    return step_factors(encoder.model, record) if config.rescale.lr_scale else {}
+
+
 def parameter_groups(
-    encoder: RetrievalModel, weight_decay: float, decay_embeddings: bool, query_weights_lr: float | None = None
+    encoder: RetrievalModel,
+    optimization: OptimizationConfig,
+    query_weights_lr: float | None = None,
+    factors: Mapping[torch.nn.Parameter, float] | None = None,
 ) -> list[dict]:
     """AdamW parameter groups: weight decay on weight matrices, none on biases and LayerNorm weights
     (every 1-D parameter; the BERT / transformers Trainer convention). The input embedding matrix —
     the vocabulary projection itself when the head is tied — is decayed only with ``decay_embeddings``
     (``optimization.decay_embeddings``, recorded in config.yaml): decay pulls the head norm down
     during training, which interacts with the head rescaling under study. An inference-free model's
-    trainable query weight table is a third group: its own learning rate ``query_weights_lr``, no decay."""
+    trainable query weight table is a third group: its own learning rate ``query_weights_lr``, no decay.
+
+    ``factors`` (``rescale.lr_scale``: :func:`spladekit.model.rescaling.step_factors`): a parameter listed there
+    gets a group of its own at ``lr × factor`` with its decay ÷ factor, so AdamW's decoupled shrink
+    ``lr · decay`` per step is unchanged."""
     embeddings = encoder.model.get_input_embeddings().weight
     table = encoder.query_weights if isinstance(encoder, InferenceFreeEncoder) else None
+    factors, weight_decay = factors or {}, optimization.weight_decay
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
+    scaled: list[dict] = []
     for parameter in encoder.parameters():
         if not parameter.requires_grad or parameter is table:
             continue
-        exempt = parameter.ndim < 2 or (parameter is embeddings and not decay_embeddings)
-        (no_decay if exempt else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        exempt = parameter.ndim < 2 or (parameter is embeddings and not optimization.decay_embeddings)
+        if parameter in factors:
+            factor = factors[parameter]
+            decayed = 0.0 if exempt else weight_decay / factor
+            scaled.append({"params": [parameter], "weight_decay": decayed, "lr": optimization.lr * factor})
+        else:
+            (no_decay if exempt else decay).append(parameter)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}, *scaled]
     if table is not None and table.requires_grad:
         groups.append(
             {"params": [table], "weight_decay": 0.0, **({} if query_weights_lr is None else {"lr": query_weights_lr})}
