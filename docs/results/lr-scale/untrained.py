@@ -1,0 +1,56 @@
+"""The initial function of rescaled models, before any training (issue 30's supporting measurement).
+
+Each configuration is built exactly as its sweep run starts (spladekit.experiments.inflate, then the rescaling)
+and evaluated on the sweep's five collections with its evaluation settings; the five-collection mean of nDCG@10
+says whether a collapse after training was already in the starting function.
+
+    python docs/results/lr-scale/untrained.py configs/lr-scale.yaml docs/results/lr-scale/untrained.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from spladekit import SparseEncoder, apply_rescale, evaluate_data
+from spladekit.experiments.inflate import inflate
+from spladekit.experiments.sweep import load_sweep
+from spladekit.model.rescaling import RescaleRecord
+
+MODEL = "../shared/models/splade-tiny-msmarco"
+# name: (inflation factor or None, inflation target, k, mode)
+CONFIGURATIONS = {
+    "tiny, tied k = 4": (None, "", 4.0, "tied"),
+    "tiny, tied k = 16": (None, "", 16.0, "tied"),
+    "tiny, untie k = 16": (None, "", 16.0, "untie"),
+    "tinyT-x8, tied k = 8": (8.0, "transform", 8.0, "tied"),
+}
+
+
+def main(sweep_file: str, output: str) -> None:
+    evaluation = load_sweep(sweep_file).evaluation
+    results = {}
+    for name, (factor, target, k, mode) in CONFIGURATIONS.items():
+        encoder = SparseEncoder.from_pretrained(MODEL)
+        if factor is not None:
+            inflate(encoder.model, factor, target)
+        apply_rescale(encoder, RescaleRecord(k, mode))
+        scores = {}
+        for data in evaluation.data:
+            result = evaluate_data(
+                encoder,
+                data,
+                split=evaluation.split,
+                max_length=evaluation.max_length,
+                batch_size=evaluation.batch_size,
+                show_progress=False,
+            )
+            scores[result.name] = result.metrics["nDCG@10"]
+        results[name] = {**scores, "mean": sum(scores.values()) / len(scores)}
+        print(name, json.dumps(results[name]), flush=True)
+        Path(output).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
