@@ -22,7 +22,7 @@ def corpus(tmp_path):
     lines = [
         {"_id": "d1", "title": "France", "text": "paris is the capital"},
         {"_id": "d2", "text": "a cat sat"},
-        {"_id": "d3", "text": "vitamin d and bone pain"},
+        {"_id": "d3", "text": "vitamin d and bone pain in the cat of france"},
     ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path
@@ -52,7 +52,8 @@ def test_rescale_then_encode(tiny_model_dirs, tmp_path, corpus, cli):
     vectors = loaded.matrix
     assert loaded.ids == ["d1", "d2", "d3"] and vectors.shape == (3, encoder.vocab_size)
     expected = encoder.encode(
-        ["France paris is the capital", "a cat sat", "vitamin d and bone pain"], show_progress=False
+        ["France paris is the capital", "a cat sat", "vitamin d and bone pain in the cat of france"],
+        show_progress=False,
     )
     assert abs(vectors - expected).max() < 1e-5
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp leftovers
@@ -203,11 +204,11 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
 
     from spladekit.common.sparse import keep_top_weights
 
-    model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=4).save(
+    model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], max_length=64, query_max_length=8).save(
         tmp_path / "model"
     )
     encoder = SparseEncoder.from_pretrained(model)
-    texts = ["France paris is the capital", "a cat sat", "vitamin d and bone pain"]
+    texts = ["France paris is the capital", "a cat sat", "vitamin d and bone pain in the cat of france"]
 
     done = cli("encode", model, "--corpus", corpus, "--output", tmp_path / "documents")
     assert done.returncode == 0, done.stderr
@@ -221,9 +222,9 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
     done = cli("encode", model, "--corpus", corpus, "--side", "query", "--output", tmp_path / "queries")
     assert done.returncode == 0, done.stderr
     queries = Vectors.load(tmp_path / "queries")
-    assert queries.meta["side"] == "query" and queries.meta["max_length"] == 4  # the model's query limit
+    assert queries.meta["side"] == "query" and queries.meta["max_length"] == 8  # the model's query limit
     np.testing.assert_allclose(
-        queries.matrix.toarray(), encoder.encode(texts, max_length=4, show_progress=False).toarray(), atol=1e-6
+        queries.matrix.toarray(), encoder.encode(texts, max_length=8, show_progress=False).toarray(), atol=1e-6
     )
     assert (queries.matrix != documents.matrix).nnz > 0
 

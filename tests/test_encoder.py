@@ -88,6 +88,36 @@ def test_max_length_truncates(tiny_model_dirs):
     assert (full != short).nnz > 0
 
 
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "albert", "roberta", "modernbert", "ettin", "gte"])
+def test_a_token_limit_above_the_positions_is_clamped_to_them_with_one_warning(arch, tiny_model_dirs, caplog):
+    """Today's failure: a limit above the position table ran into the backbone ("size of tensor a (1202) …")."""
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs[arch], trust_remote_code=arch == "gte")
+    long_text = " ".join(["the cat sat on the mat"] * 100)
+    assert len(encoder.tokenizer(long_text)["input_ids"]) > encoder.positions
+    at_limit = encoder.encode([long_text, "a dog"], max_length=encoder.positions, show_progress=False)
+    with caplog.at_level("WARNING", logger="spladekit"):
+        clamped = encoder.encode([long_text, "a dog"], max_length=100_000, show_progress=False)
+        encoder.encode_query(long_text, max_length=100_000, show_progress=False)
+    assert (clamped != at_limit).nnz == 0
+    assert [r.getMessage() for r in caplog.records if "100000" in r.getMessage()] == [
+        f"token limit 100000 is above the {encoder.positions} positions of {encoder.source}: texts are cut at "
+        f"{encoder.positions} tokens"
+    ]
+
+
+def test_a_token_limit_below_8_or_not_an_integer_is_refused_before_encoding(tiny_model_dirs):
+    from spladekit.common.errors import SpladekitError
+
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    for bad in (7, 0, -1, 2.5, True):
+        with pytest.raises(SpladekitError, match="token limit"):
+            encoder.encode(["a dog"], max_length=bad, show_progress=False)
+    with pytest.raises(SpladekitError, match="token limit"):
+        SparseEncoder.from_pretrained(tiny_model_dirs["bert"], query_max_length=3)
+    # the default (256) on a backbone of 128 positions is spladekit's choice, not the user's: no warning, no error
+    assert encoder.max_length == encoder.positions == 128
+
+
 def test_encode_query_and_encode_document_differ_only_by_their_max_length(tiny_model_dirs):
     long_text = " ".join(["cat"] * 50 + ["france"])
     texts = [long_text, *TEXTS]

@@ -155,18 +155,18 @@ def test_queries_use_the_query_limit(model_dir, tmp_path):
         )
 
     encoder = SparseEncoder.from_pretrained(model_dir, max_length=64)
-    assert q_nnz(5) != q_nnz(64)  # 5 tokens truncate the queries
+    assert q_nnz(8) != q_nnz(64)  # 8 tokens truncate the queries
     default = evaluate(encoder, collection, show_progress=False)  # no query limit recorded: as before the sides
     assert default.provenance["max_length"] == default.provenance["query_max_length"] == 64
     assert default.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(64))
-    both = evaluate(encoder, collection, max_length=5, show_progress=False)  # --max-length: both sides
-    assert both.provenance["query_max_length"] == 5 and both.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
-    queries_only = evaluate(encoder, collection, query_max_length=5, show_progress=False)
-    assert queries_only.provenance["max_length"] == 64 and queries_only.provenance["query_max_length"] == 5
-    assert queries_only.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
+    both = evaluate(encoder, collection, max_length=8, show_progress=False)  # --max-length: both sides
+    assert both.provenance["query_max_length"] == 8 and both.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(8))
+    queries_only = evaluate(encoder, collection, query_max_length=8, show_progress=False)
+    assert queries_only.provenance["max_length"] == 64 and queries_only.provenance["query_max_length"] == 8
+    assert queries_only.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(8))
     assert queries_only.efficiency["avg_d_nnz"] == pytest.approx(default.efficiency["avg_d_nnz"])
-    recorded = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=5)
-    assert evaluate(recorded, collection, show_progress=False).efficiency["avg_q_nnz"] == pytest.approx(q_nnz(5))
+    recorded = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=8)
+    assert evaluate(recorded, collection, show_progress=False).efficiency["avg_q_nnz"] == pytest.approx(q_nnz(8))
 
 
 def test_cache_entry_depends_on_the_pooling(model_dir, tmp_path):
@@ -426,7 +426,7 @@ def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_qu
 
     folder = write_beir(tmp_path / "mini")
     collection = load_collection(folder)
-    model = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=5).save(tmp_path / "model")
+    model = SparseEncoder.from_pretrained(model_dir, max_length=64, query_max_length=8).save(tmp_path / "model")
     encoder = SparseEncoder.from_pretrained(model)
     documents = encoder.encode_document(collection.corpus.texts, show_progress=False)
     Vectors(documents, collection.corpus.ids, {"model": str(model)}).save(tmp_path / "vectors")
@@ -460,7 +460,7 @@ def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_qu
     done = cli("search", tmp_path / "index", "--query-vectors", tmp_path / "q", "--output", tmp_path / "vectors.trec")
     assert done.returncode == 0, done.stderr
     assert Run.read(tmp_path / "model.trec").scores == Run.read(tmp_path / "vectors.trec").scores
-    assert Vectors.load(tmp_path / "q").meta["max_length"] == 5
+    assert Vectors.load(tmp_path / "q").meta["max_length"] == 8
 
 
 def test_cli_evaluate_max_active_dims(model_dir, tmp_path, cli):

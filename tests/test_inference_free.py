@@ -29,7 +29,7 @@ def free_model(tiny_bert) -> InferenceFreeEncoder:
     """A tiny inference-free model with a random positive table (so every token's weight differs)."""
     documents = SparseEncoder.from_pretrained(tiny_bert)
     weights = torch.rand(documents.vocab_size, generator=torch.Generator().manual_seed(0)) + 0.1
-    return InferenceFreeEncoder(documents, weights, query_max_length=6)
+    return InferenceFreeEncoder(documents, weights, query_max_length=8)
 
 
 def token_id(token: str) -> int:
@@ -57,7 +57,7 @@ def test_query_vectors_are_the_table_entries_of_the_distinct_tokens(free_model):
     table = free_model.query_weights.detach().numpy()
     assert vectors.shape == (len(QUERIES), free_model.vocab_size) and vectors.dtype == np.float32
     for row, text in enumerate(QUERIES):
-        ids = free_model.tokenizer(text, add_special_tokens=False, truncation=True, max_length=6)["input_ids"]
+        ids = free_model.tokenizer(text, add_special_tokens=False, truncation=True, max_length=8)["input_ids"]
         expected = np.zeros(free_model.vocab_size, dtype=np.float32)
         expected[ids] = table[ids]  # each distinct token once, however often it occurs
         np.testing.assert_array_equal(vectors[row].toarray()[0], expected)
@@ -65,9 +65,9 @@ def test_query_vectors_are_the_table_entries_of_the_distinct_tokens(free_model):
     assert repeated[token_id("capital")] == table[token_id("capital")]
     assert all(vectors[:, token_id(special)].nnz == 0 for special in ("[CLS]", "[SEP]"))
     long = free_model.encode_query(
-        [" ".join(["paris", "seine", "cat", "dog", "fox", "mat", "river", "city"])], show_progress=False
+        [" ".join(["paris", "seine", "cat", "dog", "fox", "mat", "river", "city", "sun", "moon"])], show_progress=False
     )
-    assert long.nnz == 6  # truncated at query_max_length tokens
+    assert long.nnz == 8  # truncated at query_max_length tokens
 
 
 def test_query_forward_is_the_differentiable_encode_query(free_model):
@@ -108,7 +108,7 @@ def test_save_and_load_round_trip(free_model, tmp_path):
     folder = free_model.save(tmp_path / "free")
     assert (folder / QUERY_WEIGHTS_FILE).is_file()
     metadata = json.loads((folder / "spladekit.json").read_text())
-    assert metadata["kind"] == "inference-free" and metadata["query_max_length"] == 6
+    assert metadata["kind"] == "inference-free" and metadata["query_max_length"] == 8
     loaded = load_model(folder)
     assert isinstance(loaded, InferenceFreeEncoder) and is_inference_free(folder)
     torch.testing.assert_close(loaded.query_weights.detach(), free_model.query_weights.detach())
@@ -252,9 +252,11 @@ def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model
     result = cli("evaluate", folder, "--data", data, "--no-cache", "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
-    assert payload["query_max_length"] == 6
+    assert payload["query_max_length"] == 8
+    judged = {line.split("\t")[0] for line in (data / "qrels" / "test.tsv").read_text().splitlines()[1:]}
     queries = free_model.encode_query(
-        [json.loads(line)["text"] for line in (data / "queries.jsonl").open()], show_progress=False
+        [query["text"] for query in map(json.loads, (data / "queries.jsonl").open()) if query["_id"] in judged],
+        show_progress=False,
     )
     assert payload["avg_q_nnz"] == pytest.approx(np.diff(queries.indptr).mean())
     exported = cli("export", folder, "--format", "sentence-transformers", "--output", tmp_path / "st")

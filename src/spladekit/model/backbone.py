@@ -194,6 +194,17 @@ def load_backbone(path_or_id: str | Path, trust_remote_code: bool = False, devic
     return Backbone(model=model, tokenizer=tokenizer, source=source, fresh_keys=fresh, settings=settings)
 
 
+def position_limit(model: PreTrainedModel) -> int | None:
+    """The most tokens ``model`` takes: the rows of its absolute position table, less the offset a RoBERTa-style
+    table starts after (``padding_idx + 1``), else ``config.max_position_embeddings`` (rotary models); None when
+    neither is known."""
+    for name, module in model.named_modules():
+        if name.endswith("position_embeddings") and isinstance(module, nn.Embedding):
+            return module.num_embeddings - (0 if module.padding_idx is None else module.padding_idx + 1)
+    value = getattr(model.config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def _projection(model: PreTrainedModel) -> nn.Linear:
     """The module mapping hidden states to vocabulary logits (weight V × H, optional bias V)."""
     projection = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,13 +21,23 @@ from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import describe, expect, read_json
 from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
-from spladekit.model.backbone import Backbone, MLMHead, load_backbone, projection_bypassed, quiet_transformers
+from spladekit.model.backbone import (
+    Backbone,
+    MLMHead,
+    load_backbone,
+    position_limit,
+    projection_bypassed,
+    quiet_transformers,
+)
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
 
 METADATA_FILE = "spladekit.json"
+log = logging.getLogger("spladekit")
+
 DEFAULT_MAX_LENGTH = 256
+MIN_TOKEN_LIMIT = 8  # the one lower bound of a token limit, everywhere one is accepted
 # What a text is encoded as: each side has its own token limit (SparseEncoder.side_max_length).
 Side = Literal["query", "document"]
 SIDES: tuple[Side, ...] = ("query", "document")
@@ -157,8 +168,10 @@ class SparseEncoder(nn.Module):
         self.source = backbone.source
         self.original_backbone = backbone.source  # where a saved spladekit model's training started
         self.fresh_keys = list(backbone.fresh_keys)
-        self.max_length = max_length
-        self.query_max_length = query_max_length
+        self.positions = position_limit(self.model)
+        self._clamped: set[int] = set()  # token limits already warned about (one warning per value)
+        self.max_length = self.token_limit(max_length)
+        self.query_max_length = None if query_max_length is None else self.token_limit(query_max_length)
         accepted = inspect.signature(self.model.forward).parameters
         self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
 
@@ -186,9 +199,9 @@ class SparseEncoder(nn.Module):
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata = read_metadata(Path(backbone.source))
         check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
-        max_length = (
-            max_length or metadata.get("max_length") or backbone.settings.get("max_length") or DEFAULT_MAX_LENGTH
-        )
+        # spladekit's default, not the user's choice: no warning when the backbone has fewer positions
+        default = min(DEFAULT_MAX_LENGTH, position_limit(backbone.model) or DEFAULT_MAX_LENGTH)
+        max_length = max_length or metadata.get("max_length") or backbone.settings.get("max_length") or default
         encoder = cls(
             backbone,
             max_length=max_length,
@@ -272,12 +285,32 @@ class SparseEncoder(nn.Module):
         return self.head.vocab_size
 
     # ----------------------------------------------------------------- computation
+    def token_limit(self, max_length: int | None = None) -> int:
+        """The one rule for a token limit (``max_length``, default the document side's): at least
+        ``MIN_TOKEN_LIMIT`` (else a :class:`SpladekitError`); above the backbone's positions
+        (:func:`spladekit.model.backbone.position_limit`) it is clamped to them, with one warning per value."""
+        value = self.max_length if max_length is None else max_length
+        if isinstance(value, bool) or not isinstance(value, int) or value < MIN_TOKEN_LIMIT:
+            raise SpladekitError(f"a token limit (max_length) must be an integer >= {MIN_TOKEN_LIMIT}, got {value!r}")
+        if self.positions is None or value <= self.positions:
+            return value
+        if value not in self._clamped:
+            self._clamped.add(value)
+            log.warning(
+                "token limit %d is above the %d positions of %s: texts are cut at %d tokens",
+                value,
+                self.positions,
+                self.source,
+                self.positions,
+            )
+        return self.positions
+
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         batch = self.tokenizer(
             list(texts),
             padding=True,
             truncation=True,
-            max_length=max_length or self.max_length,
+            max_length=self.token_limit(max_length),
             return_tensors="pt",
         )
         return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
@@ -314,7 +347,7 @@ class SparseEncoder(nn.Module):
             return sp.csr_matrix((0, self.vocab_size), dtype=np.float32)
         if batch_size < 1:
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
-        max_length = max_length or self.max_length
+        max_length = self.token_limit(max_length)
         # token counts only, a slice at a time: the token id lists of every text would cost ~9 KB a text
         lengths = [
             len(ids)
@@ -363,8 +396,8 @@ class SparseEncoder(nn.Module):
         (documents: ``self.max_length``; queries: ``self.query_max_length``, or ``self.max_length`` when the
         model records none)."""
         check_side(side)
-        if max_length:
-            return max_length
+        if max_length is not None:
+            return self.token_limit(max_length)
         return (self.query_max_length or self.max_length) if side == "query" else self.max_length
 
     def encode_query(
