@@ -232,7 +232,7 @@ def test_safe_backbone_names_are_accepted(tmp_path, name):
             "'backbones[0].inflate': expected a finite number > 0",
         ),
         ({"evaluation": {"data": [], "batch_size": 0}}, "'evaluation.batch_size': expected an integer >= 1, got 0"),
-        ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 1 or null"),
+        ({"evaluation": {"data": [], "max_length": -1}}, "'evaluation.max_length': expected an integer >= 8 or null"),
         (
             {"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
             "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0",

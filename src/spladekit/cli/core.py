@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.vectors.shards import DEFAULT_SHARD_SIZE
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def diagnose(
         "default: 12 built-in English query–document pairs.",
     ),
     sample_size: int = typer.Option(64, min=1, help="How many pairs of --sample to use."),
-    max_length: int = typer.Option(256, min=8, help="Token limit for the sample texts."),
+    max_length: int = typer.Option(256, min=MIN_TOKEN_LIMIT, help="Token limit for the sample texts."),
     mode: str = typer.Option(
         "auto",
         help="The rescaling each candidate k of auto-k is scored under: tied (the "
@@ -221,7 +222,7 @@ def encode(
         "else its max length).",
     ),
     max_length: Optional[int] = typer.Option(
-        None, min=8, help="Token limit of --side (default: the model's limit for that side, else 256)."
+        None, min=MIN_TOKEN_LIMIT, help="Token limit of --side (default: the model's limit for that side, else 256)."
     ),
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
     overwrite: bool = typer.Option(

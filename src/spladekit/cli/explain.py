@@ -11,6 +11,7 @@ import typer
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
 from spladekit.common.errors import SpladekitError
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
 @app.command()
@@ -35,7 +36,9 @@ def explain(
         None, help="JSONL corpus to take the document from (with --doc-id): then TEXT is the query."
     ),
     doc_id: Optional[str] = typer.Option(None, help="Id of the document in --corpus to explain TEXT against."),
-    max_length: Optional[int] = typer.Option(None, help="Token limit, at least 8 (default: the model's, else 256)."),
+    max_length: Optional[int] = typer.Option(
+        None, min=MIN_TOKEN_LIMIT, help="Token limit (default: the model's, else 256)."
+    ),
     html: Optional[Path] = typer.Option(
         None,
         "--html",
@@ -72,8 +75,6 @@ def explain(
     check_top(top)
     if side is not None:
         check_side(side)
-    if max_length is not None and max_length < 8:
-        raise SpladekitError(f"--max-length must be at least 8, got {max_length}")
     for number, text in enumerate(texts, start=1):
         check_text(text, ("query" if number == 1 else "document") if pair else "text")
     if output is not None and html is not None and os.path.abspath(output) == os.path.abspath(html):

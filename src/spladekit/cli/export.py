@@ -10,6 +10,7 @@ import typer
 
 from spladekit.cli.app import app, emit, opened
 from spladekit.common.errors import SpladekitError
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
 class ExportFormat(str, Enum):
@@ -159,7 +160,9 @@ def export(
     ),
     overwrite: bool = typer.Option(False, help="Replace an existing output folder (once the new one is complete)."),
     max_length: Optional[int] = typer.Option(
-        None, min=8, help="sentence-transformers: token limit written into the folder (default: the model's, else 256)."
+        None,
+        min=MIN_TOKEN_LIMIT,
+        help="sentence-transformers: token limit written into the folder (default: the model's, else 256).",
     ),
     url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),
     qdrant_path: Optional[Path] = typer.Option(

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
 @app.command()
@@ -37,7 +38,7 @@ def quickstart(
     ),
     max_length: Optional[int] = typer.Option(
         None,
-        min=8,
+        min=MIN_TOKEN_LIMIT,
         help="Token limit for the evaluated documents (the "
         "encoding time is proportional to the tokens encoded). Default: the "
         "model's limit.",

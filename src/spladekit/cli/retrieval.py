@@ -12,6 +12,7 @@ import typer
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
 from spladekit.common.errors import SpladekitError
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.index import BACKENDS, backend_class
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def search(
     max_length: Optional[int] = typer.Option(
         None,
         "--query-max-length",
-        min=8,
+        min=MIN_TOKEN_LIMIT,
         help="Query token limit (default: the model's query limit, else its max length).",
     ),
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
@@ -236,13 +237,15 @@ def evaluate(
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     max_length: Optional[int] = typer.Option(
         None,
-        min=8,
+        min=MIN_TOKEN_LIMIT,
         help="Token limit for documents, and for queries unless "
         "--query-max-length (default: the model's limit for each side, "
         "else 256).",
     ),
     query_max_length: Optional[int] = typer.Option(
-        None, min=8, help="Token limit for queries (default: --max-length if given, else the model's query limit)."
+        None,
+        min=MIN_TOKEN_LIMIT,
+        help="Token limit for queries (default: --max-length if given, else the model's query limit).",
     ),
     max_active_dims: Optional[int] = max_active_dims_option(
         "query and document (the cached corpus encoding is kept whole and pruned after reading)"

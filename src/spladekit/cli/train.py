@@ -10,6 +10,7 @@ import typer
 
 from spladekit.cli.app import app, emit
 from spladekit.cli.core import JSON_FLAG, TRUST_REMOTE_CODE
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
 @app.command()
@@ -116,7 +117,9 @@ def mine(
     ),
     k1: float = typer.Option(0.9, help="BM25 k1 (bm25s, Lucene variant)."),
     b: float = typer.Option(0.4, help="BM25 b."),
-    max_length: Optional[int] = typer.Option(None, min=8, help="--model: tokens per text (default: the model's)."),
+    max_length: Optional[int] = typer.Option(
+        None, min=MIN_TOKEN_LIMIT, help="--model: tokens per text (default: the model's)."
+    ),
     batch_size: int = typer.Option(32, help="--model: texts per encoding batch."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     overwrite: bool = typer.Option(

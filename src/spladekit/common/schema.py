@@ -19,6 +19,7 @@ from typing import Any, Literal, Union
 from spladekit.common.errors import InputError
 
 ALLOWED = "allowed"  # the dataclass field metadata key holding an :class:`Allowed`
+MIN_TOKEN_LIMIT = 8  # the least token limit accepted anywhere (CLI options, configs, SparseEncoder.token_limit)
 
 
 @dataclass(frozen=True)

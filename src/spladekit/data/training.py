@@ -35,7 +35,7 @@ import numpy as np
 
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import check_id, numbered_lines
-from spladekit.common.schema import allowed
+from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
 from spladekit.common.sources import Library, fetching
 from spladekit.data.jsonl import read_corpus
 from spladekit.data.teacher import READERS, TeacherScores
@@ -59,8 +59,8 @@ class DataConfig:
     teacher_format: Literal["jsonl", "ce_scores"] = "jsonl"
     negatives: int = allowed(1, minimum=1)  # hard negatives per query
     limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
-    query_max_length: int = allowed(32, minimum=1)
-    doc_max_length: int = allowed(128, minimum=1)
+    query_max_length: int = allowed(32, minimum=MIN_TOKEN_LIMIT)
+    doc_max_length: int = allowed(128, minimum=MIN_TOKEN_LIMIT)
 
 
 _Row = tuple[str, str, tuple[str, ...]]  # (query, positive, negatives) before merging

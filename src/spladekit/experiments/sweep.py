@@ -39,7 +39,7 @@ from typing import Any, Literal, Union
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
-from spladekit.common.schema import allowed
+from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
 from spladekit.common.sources import is_local, is_local_model
 from spladekit.data.suites import SUITES
 from spladekit.evaluation.evaluate import evaluate_data
@@ -89,7 +89,7 @@ class BackboneSpec:
 class SweepEvaluation:
     data: list = field(default_factory=list)  # collection folders, names or suites (as `spladekit evaluate --data`)
     split: str = "test"
-    max_length: Union[int, None] = allowed(256, minimum=1)
+    max_length: Union[int, None] = allowed(256, minimum=MIN_TOKEN_LIMIT)
     batch_size: int = allowed(32, minimum=1)
     data_root: Union[str, None] = None  # local folder holding a suite's collections (offline suites)
 

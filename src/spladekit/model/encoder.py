@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import describe, expect, read_json
+from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
 from spladekit.model.backbone import (
     Backbone,
@@ -37,7 +38,6 @@ METADATA_FILE = "spladekit.json"
 log = logging.getLogger("spladekit")
 
 DEFAULT_MAX_LENGTH = 256
-MIN_TOKEN_LIMIT = 8  # the one lower bound of a token limit, everywhere one is accepted
 # What a text is encoded as: each side has its own token limit (SparseEncoder.side_max_length).
 Side = Literal["query", "document"]
 SIDES: tuple[Side, ...] = ("query", "document")

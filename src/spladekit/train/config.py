@@ -24,7 +24,7 @@ import yaml
 
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.schema import allowed, check_declared, check_value, type_options
+from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed, check_declared, check_value, type_options
 from spladekit.data.training import DataConfig
 
 
@@ -102,7 +102,7 @@ class EvaluationConfig:
     data: str | None = None  # collection folder, ir_datasets / HF id or suite (as `spladekit evaluate --data`)
     split: str = "test"
     every: int | None = allowed(None, minimum=1)  # also evaluate every N steps (None: only at the end)
-    max_length: int | None = allowed(None, minimum=1)  # token limit (None: data.doc_max_length)
+    max_length: int | None = allowed(None, minimum=MIN_TOKEN_LIMIT)  # token limit (None: data.doc_max_length)
     batch_size: int = allowed(32, minimum=1)
     max_active_dims: int | None = allowed(None, minimum=1)  # keep the k largest weights per query/document (None: all)
 
