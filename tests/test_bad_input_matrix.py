@@ -377,6 +377,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["index", w["vectors"], "--backend", "milvus", "--param", "uri=./x.db", "--output", t / "OUT"],
         "must be a Milvus server URL",
     ),
+    (  # today: the index was refused only when every weight rounded away, any lesser loss was silent
+        "index-pisa-scale-rounds-everything-away",
+        lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "scale=1e-6", "--output", t / "OUT"],
+        "pisa index: 100.0% of the 208 non-zero weights round to 0 at quantization scale 1e-06",
+    ),
     (
         "index-pisa-bad-encoding",
         lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "encoding=zip", "--output", t / "OUT"],
@@ -575,6 +580,25 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "quantization scale",
     ),
+    (  # every weight rounds to 0: today a CIFF with no postings and exit 0
+        "export-ciff-scale-rounds-everything-away",
+        lambda t, w: ["export", w["vectors"], "-f", "ciff", "--output", t / "OUT.ciff", "--quantization-scale", "1e-6"],
+        "100.0% of the 208 non-zero weights round to 0 at quantization scale 1e-06",
+    ),
+    (
+        "export-opensearch-scale-rounds-everything-away",
+        lambda t, w: [
+            "export",
+            w["vectors"],
+            "-f",
+            "opensearch",
+            "--output",
+            t / "OUT",
+            "--quantization-scale",
+            "1e-6",
+        ],
+        "round to 0 at quantization scale 1e-06",
+    ),
     # explain
     (
         "explain-missing-model",
@@ -649,6 +673,16 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "mine-bad-rank-range",
         lambda t, w: ["mine", w["beir"], "--rank-range", "0:10", "--output", t / "OUT.tsv"],
         "1 <= A <= B",
+    ),
+    (  # today: a numpy ValueError traceback
+        "mine-negative-seed",
+        lambda t, w: ["mine", w["beir"], "--seed", "-1", "--output", t / "OUT.tsv"],
+        "seed must be an integer in [0, 4294967295], got -1",
+    ),
+    (
+        "mine-seed-above-numpy",
+        lambda t, w: ["mine", w["beir"], "--seed", str(2**32), "--output", t / "OUT.tsv"],
+        "seed must be an integer in [0, 4294967295], got 4294967296",
     ),
     # quickstart
     (

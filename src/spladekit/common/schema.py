@@ -20,6 +20,7 @@ from spladekit.common.errors import InputError
 
 ALLOWED = "allowed"  # the dataclass field metadata key holding an :class:`Allowed`
 MIN_TOKEN_LIMIT = 8  # the least token limit accepted anywhere (CLI options, configs, SparseEncoder.token_limit)
+MAX_SEED = 2**32 - 1  # seeds are integers in [0, MAX_SEED] everywhere: numpy's generators accept no others
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,13 @@ identically.
 hits (key = document row) and for per-vector pruning (key = term id), so that every backend and every export
 breaks ties the same way. ``keep_top_weights``: that rule applied to every row of a CSR matrix at once
 (``max_active_dims``: at encode time, in the index, in evaluation and in exports). ``quantize``: weights to
-whole numbers ``round(w × scale)``, for search-engine exports (impact indexes) and for BMP's 8-bit impacts.
+whole numbers ``round(w × scale)``, for search-engine exports (impact indexes) and for BMP's 8-bit impacts;
+``check_rounded_away``: the one rule for the weights a scale rounds to 0.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING, cast, overload
 
@@ -21,6 +23,13 @@ from spladekit.common.errors import SpladekitError
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger("spladekit")
+
+# Non-zero weights a quantization scale may round to 0: above REFUSED the index or export is refused (it would have
+# lost most of its postings, e.g. --quantization-scale 1e-6), above WARNED it is written with a warning.
+ROUNDED_AWAY_REFUSED = 0.5
+ROUNDED_AWAY_WARNED = 0.01
 
 
 def best_first(keys: np.ndarray, scores: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -91,6 +100,21 @@ def quantize(
     if minimum is not None:
         levels = np.maximum(minimum, levels)
     return levels.astype(dtype or weights.dtype)
+
+
+def check_rounded_away(weights: int, dropped: int, scale: float, what: str) -> None:
+    """Of ``weights`` non-zero weights, ``dropped`` round to 0 at ``scale`` (``|w| × scale < 0.5``): refused above
+    :data:`ROUNDED_AWAY_REFUSED` of them (a :class:`SpladekitError`, raised before the output is sealed), a
+    warning above :data:`ROUNDED_AWAY_WARNED`; both name the fraction and the weight below which nothing is kept."""
+    if not weights or dropped / weights <= ROUNDED_AWAY_WARNED:
+        return
+    lost = (
+        f"{what}: {dropped / weights:.1%} of the {weights:,} non-zero weights round to 0 at quantization scale "
+        f"{scale:g} (every weight below {0.5 / scale:.3g} is lost)"
+    )
+    if dropped / weights > ROUNDED_AWAY_REFUSED:
+        raise SpladekitError(f"{lost}; nothing was written: use a larger scale")
+    log.warning("%s", lost)
 
 
 def dense_to_csr(batch: torch.Tensor) -> sp.csr_matrix:

@@ -39,7 +39,7 @@ from typing import Any, Literal, Union
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
-from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
+from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, allowed
 from spladekit.common.sources import is_local, is_local_model
 from spladekit.data.suites import SUITES
 from spladekit.evaluation.evaluate import evaluate_data
@@ -137,8 +137,8 @@ def _check_seeds(values: list | None, source: str) -> list[int] | None:
     if not values:
         raise InputError("seeds: give at least one seed, or leave 'seeds' out (the recipe's seed)", source)
     for seed in values:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-            raise InputError(f"seeds: each seed must be an integer in [0, 2^32), got {seed!r}", source)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise InputError(f"seeds: each seed must be an integer in [0, {MAX_SEED}], got {seed!r}", source)
     if len(set(values)) != len(values):
         raise InputError(f"seeds: repeated seed in {values}", source)
     return list(values)

@@ -58,7 +58,7 @@ from tqdm.auto import tqdm
 
 from spladekit.common.atomic import final_path, open_output
 from spladekit.common.errors import SpladekitError
-from spladekit.common.sparse import quantize
+from spladekit.common.sparse import check_rounded_away, quantize
 from spladekit.vectors.artifact import Vectors
 
 DEFAULT_SCALE = 100.0
@@ -341,6 +341,7 @@ def write_ciff(
                 )
             if not counts.documents:
                 raise SpladekitError("no documents in the vectors: nothing to export")
+            check_rounded_away(int(counts.df.sum()) + counts.dropped, counts.dropped, scale, "ciff")
             buckets = term_buckets(counts.df[order], bucket_postings)
             bucket_of_rank = np.repeat(np.arange(len(buckets)), [end - start for start, end in buckets])
             rank = np.empty(len(tokens), dtype=np.int64)

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from spladekit.common.atomic import atomic_directory, final_path
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sources import fetching
-from spladekit.common.sparse import keep_top_weights, quantize
+from spladekit.common.sparse import check_rounded_away, keep_top_weights, quantize
 from spladekit.export.feature_names import escape_feature
 from spladekit.model.foreign import resolve_model_folder
 
@@ -111,7 +111,9 @@ def _prepare(
     if max_active_dims is not None:
         vectors = keep_top_weights(vectors, max_active_dims)
     if scale is not None:
-        vectors = quantize(vectors, scale)
+        quantized = quantize(vectors, scale)
+        check_rounded_away(vectors.nnz, vectors.nnz - quantized.nnz, scale, f"{what} vectors")
+        vectors = quantized
     return vectors
 
 

@@ -50,7 +50,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from spladekit.common.errors import SpladekitError
-from spladekit.common.sparse import best_first, quantize
+from spladekit.common.sparse import best_first, check_rounded_away, quantize
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
 
@@ -311,6 +311,7 @@ class PisaSearcher(Searcher):
         staging = tempfile.TemporaryDirectory(prefix="spladekit-pisa-")
         folder = Path(staging.name)
         postings: _Postings | None = None
+        weights = dropped = 0
         for block in tqdm(blocks, desc="pisa invert", unit="block", disable=not show_progress, leave=False):
             block = check_documents(block)
             if postings is None:
@@ -320,11 +321,13 @@ class PisaSearcher(Searcher):
                     f"document blocks differ in vocabulary: {block.shape[1]} columns after {len(postings.frequency)}"
                 )
             impacts = quantize(block, params["scale"])
+            weights, dropped = weights + block.nnz, dropped + block.nnz - impacts.nnz
             if impacts.nnz and impacts.data.max() > UINT32_MAX:
                 raise SpladekitError(
                     f"an impact is over {UINT32_MAX:,} (PISA keeps impacts in 32 bits); lower the pisa scale"
                 )
             postings.add(impacts)
+        check_rounded_away(weights, dropped, params["scale"], "pisa index")
         if postings is None or not postings.frequency.any():
             raise SpladekitError(
                 "cannot build a PISA index: no document has a weight x scale of 0.5 or more "

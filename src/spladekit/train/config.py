@@ -24,7 +24,7 @@ import yaml
 
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed, check_declared, check_value, type_options
+from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, allowed, check_declared, check_value, type_options
 from spladekit.data.training import DataConfig
 
 
@@ -118,7 +118,7 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: int = allowed(0, minimum=0, maximum=2**32 - 1)  # numpy accepts seeds in [0, 2³² - 1]
+    seed: int = allowed(0, minimum=0, maximum=MAX_SEED)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

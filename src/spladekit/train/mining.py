@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 from spladekit.common.atomic import atomic_file, final_path, open_output
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import numbered_lines
+from spladekit.common.schema import MAX_SEED
 from spladekit.common.sources import is_local
 from spladekit.data.collections import Collection, is_hf_dataset_id, load_collection, resolve_ir_dataset_id
 from spladekit.evaluation.bm25 import Ranker, bm25_ranker
@@ -99,6 +100,8 @@ class MiningSettings:
             raise SpladekitError(f"BM25 needs k1 > 0 (finite) and 0 <= b <= 1, got k1 {self.k1}, b {self.b}")
         if self.batch_size < 1:
             raise SpladekitError(f"batch size must be >= 1, got {self.batch_size}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise SpladekitError(f"seed must be an integer in [0, {MAX_SEED}], got {self.seed!r}")
 
     @property
     def system(self) -> str:
