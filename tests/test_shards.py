@@ -171,6 +171,19 @@ def test_resume_keeps_intact_shards_and_redoes_missing_and_damaged_ones(cli, mod
     assert again["encoded_shards"] == [] and again["reused_shards"] == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("damage", ['{"bad', '{"index": 0}', "[]"])
+def test_resume_redoes_a_shard_whose_sidecar_is_damaged(cli, model, corpus, tmp_path, damage):
+    """Today's dead end: "shard.json: not valid JSON … rerun with --resume", and the rerun failed the same way."""
+    folder = tmp_path / "vectors"
+    encode(cli, model, corpus, folder, "--shard-size", 3)
+    reference = Vectors.load(folder)
+    (folder / MANIFEST).unlink()
+    (shard_folder(folder, 0) / "shard.json").write_text(damage)  # the first sidecar: also where the plan is read
+    result = encode(cli, model, corpus, folder, "--shard-size", 3, "--resume")
+    assert result["encoded_shards"] == [0] and result["reused_shards"] == [1, 2, 3] and result["complete"]
+    assert_same(Vectors.load(folder), reference)
+
+
 def test_resume_with_another_model_or_shard_size_is_one_error_line(cli, model, tiny_model_dirs, corpus, tmp_path):
     folder = tmp_path / "vectors"
     encode(cli, model, corpus, folder, "--shard-size", 3)

@@ -29,12 +29,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from spladekit.common.atomic import atomic_file, open_output
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
+
+log = logging.getLogger("spladekit")
 
 # 10,000 documents a shard: ~10 MB of CSR at SPLADE's ~120 non-zeros (value + column index, 8 bytes) and
 # ~25 MB of working memory while it is encoded (docs/benchmarks.md "Encoding memory"), so the default path's
@@ -137,8 +140,13 @@ def checksum_problem(folder: Path, sha256: dict) -> InputError | None:
 
 def reusable_shard(folder: str | Path, index: int, plan: dict) -> bool:
     """Whether shard ``index`` is complete, of ``plan`` and intact (what ``--resume`` keeps). A shard of
-    another plan is a :class:`SpladekitError`: the folder holds someone else's vectors."""
-    sidecar = read_sidecar(folder, index)
+    another plan is a :class:`SpladekitError`: the folder holds someone else's vectors. A damaged sidecar (not
+    JSON, wrong keys) makes the shard not reusable: it is encoded again, never a dead end."""
+    try:
+        sidecar = read_sidecar(folder, index)
+    except InputError as error:
+        log.warning("shard %d: damaged sidecar (%s): encoding it again", index, error)
+        return False
     if sidecar is None:
         return False
     check_plan(folder, sidecar["plan"], plan, shard_folder(folder, index) / SIDECAR)
@@ -166,7 +174,10 @@ def existing_plan(folder: str | Path) -> tuple[dict, Path] | None:
     if (folder / MANIFEST).is_file():
         return read_manifest(folder)["plan"], folder / MANIFEST
     for sidecar in sealed_sidecars(folder):
-        return read_json(sidecar, dict).get("plan", {}), sidecar
+        try:
+            return expect(read_json(sidecar, dict).get("plan"), dict, "'plan'", sidecar), sidecar
+        except InputError:  # a damaged sidecar: its shard is encoded again (reusable_shard); ask the next one
+            continue
     return None
 
 
