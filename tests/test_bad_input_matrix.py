@@ -59,6 +59,20 @@ def other_model_interrupted(folder: Path) -> None:
     sidecar.write_text(json.dumps(record))
 
 
+def relabelled_npz(folder: Path) -> None:
+    """Shard 1's vectors.npz with its first zip header claiming a 65,535-byte file name, and the checksums
+    updated to match: zipfile then quotes ~13 KB of the file in its error (today's message)."""
+    import hashlib
+
+    npz = folder / "shards" / "00001" / "vectors.npz"
+    before = hashlib.sha256(npz.read_bytes()).hexdigest()
+    data = bytearray(npz.read_bytes())
+    data[26:28] = b"\xff\xff"  # the local file header's file-name length
+    npz.write_bytes(bytes(data))
+    for record in (folder / "shards" / "00001" / "shard.json", folder / "manifest.json"):
+        record.write_text(record.read_text().replace(before, hashlib.sha256(bytes(data)).hexdigest()))
+
+
 def damaged_copy(source: Path, target: Path, change: Callable[[Path], None]) -> Path:
     """A copy of the folder ``source`` with ``change`` applied to it."""
     import shutil
@@ -341,6 +355,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "differs in: model_sha256",
     ),
     # index
+    (
+        "index-sharded-relabelled-npz",
+        lambda t, w: ["index", damaged_copy(w["sharded"], t / "bad", relabelled_npz), "--output", t / "OUT"],
+        "corrupt or unreadable sparse matrix",
+    ),
     (
         "index-sharded-checksum",
         lambda t, w: [
@@ -781,6 +800,7 @@ def test_bad_input_is_one_error_line_exit_2_and_nothing_written(
     assert code == 2, err
     assert "Traceback" not in err
     assert len([line for line in lines if line.startswith("error: ")]) == 1, err
+    assert max(map(len, lines)) < 600, f"an error line of {max(map(len, lines))} characters"
     assert expected in err
     created = {
         path for path in tmp_path.rglob("*") if path not in before and not path.is_relative_to(tmp_path / "cache")

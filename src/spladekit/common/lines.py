@@ -136,13 +136,18 @@ CORRUPTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+REASON_CHARACTERS = 240  # a library's reason beyond this is cut (zipfile quotes whole damaged headers: ~30 KB)
+
+
 def first_line(error: BaseException) -> str:
     """The first non-blank line of an exception's message (libraries' messages can span many lines), with
-    the next one when the first only introduces it (``Validation error for field 'x':``)."""
+    the next one when the first only introduces it (``Validation error for field 'x':``), cut to
+    :data:`REASON_CHARACTERS`."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
-    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    text = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return text if len(text) <= REASON_CHARACTERS else f"{text[:REASON_CHARACTERS]}… ({len(text):,} characters)"
 
 
 def error_reason(error: BaseException) -> str:
