@@ -150,3 +150,53 @@ def test_real_collection_top10_equals_exact():
     np.testing.assert_array_equal(result.doc_indices, expected.doc_indices)
     np.testing.assert_allclose(result.scores, expected.scores, rtol=1e-5)
     searcher.close()
+
+
+def _lite_folders(pid: int) -> set:
+    import tempfile
+    from pathlib import Path
+
+    return set(Path(tempfile.gettempdir()).glob(f"spladekit-milvus-{pid}-*"))
+
+
+def test_index_and_search_leave_no_milvus_lite_folder(tmp_path):
+    """Today every Milvus Lite `index`/`search` left a spladekit-milvus-* database folder in the temp directory."""
+    import subprocess
+    import sys
+
+    from spladekit.vectors.artifact import Vectors
+
+    Vectors(dyadic(20, 30, 0.2, seed=9), [f"d{i}" for i in range(20)], {"model": "x"}).save(tmp_path / "vectors")
+    Vectors(dyadic(3, 30, 0.2, seed=10), ["q1", "q2", "q3"], {"model": "x"}).save(tmp_path / "queries")
+    script = (
+        "import os, sys\n"
+        "from spladekit.cli import main\n"
+        "sys.argv = ['spladekit', *sys.argv[1:]]\n"
+        "print(os.getpid(), file=sys.stderr)\n"
+        "main()\n"
+    )
+    for arguments in (
+        ["index", tmp_path / "vectors", "--backend", "milvus", "--output", tmp_path / "index"],
+        ["search", tmp_path / "index", "--query-vectors", tmp_path / "queries", "--output", tmp_path / "run.trec"],
+    ):
+        done = subprocess.run([sys.executable, "-c", script, *map(str, arguments)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert _lite_folders(int(done.stderr.split()[0])) == set(), (arguments[0], done.stderr)
+    assert {line.split()[0] for line in (tmp_path / "run.trec").read_text().splitlines()} == {"q1", "q2", "q3"}
+
+
+def test_a_killed_process_s_milvus_lite_folder_is_swept_by_the_next_build(tmp_path):
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from spladekit.index.milvus import LITE_PREFIX
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = Path(tempfile.gettempdir()) / f"{LITE_PREFIX}{int(gone.stdout)}-killed"
+    (stale / "milvus.db").mkdir(parents=True)
+    mine = Path(tempfile.mkdtemp(prefix=f"{LITE_PREFIX}{os.getpid()}-"))  # a live owner's: kept
+    MilvusSearcher.build(dyadic(10, 20, 0.3, seed=7), show_progress=False).close()
+    assert not stale.exists() and mine.is_dir()
+    mine.rmdir()

@@ -106,18 +106,18 @@ def index(
                 yield matrix
 
         started = time.perf_counter()
-        searcher = searcher_class.build_from_blocks(blocks(), **params)
-        seconds = time.perf_counter() - started - reading
-        searcher.doc_ids = ids
-        searcher.save(
-            staged,
-            meta={
-                "vectors": str(vectors),
-                "model": meta.get("model"),
-                "max_length": meta.get("max_length"),
-                "max_active_dims": max_active_dims,
-            },
-        )
+        with searcher_class.build_from_blocks(blocks(), **params) as searcher:
+            seconds = time.perf_counter() - started - reading
+            searcher.doc_ids = ids
+            searcher.save(
+                staged,
+                meta={
+                    "vectors": str(vectors),
+                    "model": meta.get("model"),
+                    "max_length": meta.get("max_length"),
+                    "max_active_dims": max_active_dims,
+                },
+            )
     payload = {
         "index": str(output),
         "backend": backend,
@@ -168,8 +168,7 @@ def search(
 
     if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
-    with opened(output, folder=False, overwrite=overwrite) as staged:
-        searcher = load_index(index_dir)
+    with opened(output, folder=False, overwrite=overwrite) as staged, load_index(index_dir) as searcher:
         if searcher.doc_ids is None:
             raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
         params = searcher.check_params(parse_params(param), "search")  # before encoding the queries

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -230,17 +229,14 @@ def measure_backend(
 ) -> dict[str, float]:
     """Build, save (to a temporary folder, then deleted) and search an index of ``documents``, timed."""
     started = time.perf_counter()
-    searcher = build_index(documents, backend, **params)
-    build_seconds = time.perf_counter() - started
-    scratch = Path(tempfile.mkdtemp(prefix="spladekit-dry-run-"))
-    try:
-        searcher.save(scratch / "index")
-        index_bytes = sum(path.stat().st_size for path in (scratch / "index").rglob("*") if path.is_file())
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    started = time.perf_counter()
-    searcher.search_batches(queries, k=min(k, documents.shape[0]), show_progress=False)
-    search_seconds = time.perf_counter() - started
+    with build_index(documents, backend, **params) as searcher:
+        build_seconds = time.perf_counter() - started
+        with tempfile.TemporaryDirectory(prefix="spladekit-dry-run-") as scratch:
+            searcher.save(Path(scratch) / "index")
+            index_bytes = sum(path.stat().st_size for path in (Path(scratch) / "index").rglob("*") if path.is_file())
+        started = time.perf_counter()
+        searcher.search_batches(queries, k=min(k, documents.shape[0]), show_progress=False)
+        search_seconds = time.perf_counter() - started
     return {
         "build_seconds": build_seconds,
         "index_bytes": float(index_bytes),

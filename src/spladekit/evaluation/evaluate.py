@@ -237,12 +237,12 @@ def evaluate(
     )
     encode_queries_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    searcher = build_index(document_matrix, backend, **backend_params)
-    index_seconds = time.perf_counter() - started
-    started = time.perf_counter()
-    # one hit more where the query's own document is dropped, so k others remain
-    hits = searcher.search_batches(queries, k=k + collection.drop_self_hits, show_progress=show_progress)
-    search_seconds = time.perf_counter() - started
+    with build_index(document_matrix, backend, **backend_params) as searcher:
+        index_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        # one hit more where the query's own document is dropped, so k others remain
+        hits = searcher.search_batches(queries, k=k + collection.drop_self_hits, show_progress=show_progress)
+        search_seconds = time.perf_counter() - started
     metrics, per_query, self_hits = score_hits(
         collection, hits.doc_indices, hits.scores, k, run_path, f"spladekit-{backend}"
     )

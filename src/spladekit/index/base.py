@@ -91,6 +91,17 @@ class Searcher(abc.ABC):
             return SearchResult(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
         return SearchResult(np.vstack([part.doc_indices for part in parts]), np.vstack([part.scores for part in parts]))
 
+    def close(self) -> None:
+        """Release what the backend holds outside Python (an engine's client, its temporary database folder);
+        ``with searcher:`` calls it. Default: nothing to release."""
+        return None  # a hook, not abstract: most backends hold nothing
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def result_size(self, k: int) -> int:
         """The hits per query a search returns: ``k``, capped at the number of documents (no query can have
         more, and ``--k 10**12`` must not allocate n_queries × 10¹² slots); every backend's ``search``

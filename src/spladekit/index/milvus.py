@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -93,6 +94,28 @@ def _sparse_rows(vectors: sp.csr_matrix, start: int, end: int) -> list[dict[int,
     ]
 
 
+LITE_PREFIX = "spladekit-milvus-"  # + the owner's pid: a folder whose owner is gone is swept by the next build
+LITE_DATABASE = "milvus.db"
+
+
+def sweep_stale_folders() -> None:
+    """Remove the Milvus Lite folders of processes that no longer exist (a ``kill -9`` skips ``close``)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{LITE_PREFIX}*-*"):
+        owner = folder.name[len(LITE_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 class MilvusSearcher(EngineFiles, Searcher):
     """A Milvus collection with one sparse vector per document (primary key = document row)."""
 
@@ -158,8 +181,9 @@ class MilvusSearcher(EngineFiles, Searcher):
             raise SpladekitError(f"Milvus stores ids of at most {MAX_ID_LENGTH} bytes")
         folder = None
         if params["uri"] is None:
-            folder = tempfile.TemporaryDirectory(prefix="spladekit-milvus-")
-            client = connect(str(Path(folder.name) / "milvus.db"))
+            sweep_stale_folders()
+            folder = tempfile.TemporaryDirectory(prefix=f"{LITE_PREFIX}{os.getpid()}-")
+            client = connect(str(Path(folder.name) / LITE_DATABASE))
         else:
             client = connect(params["uri"], token)
         searcher = cls(
@@ -270,7 +294,11 @@ class MilvusSearcher(EngineFiles, Searcher):
         )
 
     def close(self) -> None:
-        """Release the client and remove Milvus Lite's temporary folder."""
+        """Release the client and remove Milvus Lite's temporary folder. Milvus Lite's in-process server is
+        stopped first: it would otherwise write its database back into the folder at exit (atexit)."""
         self.client.close()
         if self.folder is not None:
+            from milvus_lite.server_manager import server_manager_instance
+
+            server_manager_instance.release_server(str(Path(self.folder.name) / LITE_DATABASE))
             self.folder.cleanup()
