@@ -265,3 +265,31 @@ def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model
     assert again.returncode == 0, again.stderr
     reloaded = json.loads(again.stdout)
     assert [reloaded[m] for m in payload["measures"]] == pytest.approx([payload[m] for m in payload["measures"]])
+
+
+def test_explain_reads_an_inference_free_folder_as_one(cli, free_model, tmp_path):
+    """Today explain loaded the folder as a plain SPLADE model: the query went through the MLM, silently."""
+    folder = free_model.save(tmp_path / "free")
+    done = cli("explain", folder, "what is the capital of france", "--side", "query", "--json")
+    assert done.returncode == 0, done.stderr
+    expected = free_model.decode(free_model.encode_query("what is the capital of france", show_progress=False))
+    terms = json.loads(done.stdout)["terms"]
+    assert {term["token"]: term["weight"] for term in terms} == pytest.approx(expected, rel=1e-6)
+
+
+def test_mining_with_an_inference_free_model_ranks_with_its_query_table(free_model, tmp_path, monkeypatch):
+    """Today `mine --model` loaded the folder as a plain SPLADE model and encoded queries at the document limit."""
+    from spladekit.data.collections import load_collection
+    from spladekit.index import ExactSearcher
+    from spladekit.train.mining import MiningSettings, model_ranker
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    folder = free_model.save(tmp_path / "free")
+    collection = load_collection(write_beir(tmp_path / "beir", split="train"), "train")
+    rank = model_ranker(collection, MiningSettings(model=str(folder)), show_progress=False)
+    queries = collection.queries.texts
+    rows, scores = rank(queries, 3)
+    documents = free_model.encode_document(collection.corpus.texts, show_progress=False)
+    expected = ExactSearcher.build(documents).search(free_model.encode_query(queries, show_progress=False), k=3)
+    np.testing.assert_array_equal(rows, expected.doc_indices)
+    np.testing.assert_allclose(scores, expected.scores, rtol=1e-5)

@@ -61,7 +61,8 @@ def explain(
         terminal_table,
         write_html,
     )
-    from spladekit.model.encoder import SparseEncoder, check_side
+    from spladekit.model.encoder import check_side
+    from spladekit.model.loading import load_model
 
     if len(texts) > 2:
         raise SpladekitError(f"explain takes one TEXT or a QUERY and a DOCUMENT, got {len(texts)} texts")
@@ -85,7 +86,7 @@ def explain(
         opened(html, folder=False, overwrite=overwrite) as staged_html,
     ):
         documents = texts[1:] if doc_id is None else [read_document(corpus, doc_id)]  # type: ignore[arg-type]
-        encoder = SparseEncoder.from_pretrained(model, trust_remote_code=trust_remote_code)
+        encoder = load_model(model, trust_remote_code=trust_remote_code)  # either kind: inference-free queries too
         explanation = (
             explain_pair(encoder, texts[0], documents[0], max_length)
             if pair

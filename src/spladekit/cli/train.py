@@ -118,7 +118,7 @@ def mine(
     k1: float = typer.Option(0.9, help="BM25 k1 (bm25s, Lucene variant)."),
     b: float = typer.Option(0.4, help="BM25 b."),
     max_length: Optional[int] = typer.Option(
-        None, min=MIN_TOKEN_LIMIT, help="--model: tokens per text (default: the model's)."
+        None, min=MIN_TOKEN_LIMIT, help="--model: token limit of documents and queries (default: each side's own)."
     ),
     batch_size: int = typer.Option(32, help="--model: texts per encoding batch."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,

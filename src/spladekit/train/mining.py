@@ -203,21 +203,29 @@ def training_queries(collection: Collection, split: str, exclude_judged: bool) -
 
 # ----------------------------------------------------------------------------------------- retrievers
 def model_ranker(collection: Collection, settings: MiningSettings, show_progress: bool) -> Ranker:
-    """Rank with a SPLADE model: the corpus encoded once (evaluation cache), queries per batch, exact search."""
+    """Rank with a retrieval model of either kind (``spladekit.model.loading.load_model``: an inference-free
+    model's queries are its weight table): the corpus encoded once (evaluation cache) at the document limit,
+    queries per batch at the query limit (``max_length`` sets both, as in ``evaluate``), exact search."""
     from spladekit.evaluation.evaluate import encode_corpus
     from spladekit.index import build_index
-    from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.loading import load_model
 
-    encoder = SparseEncoder.from_pretrained(str(settings.model), trust_remote_code=settings.trust_remote_code)
-    max_length = settings.max_length or encoder.max_length
+    encoder = load_model(str(settings.model), trust_remote_code=settings.trust_remote_code)
     documents, _ = encode_corpus(
-        encoder, collection.corpus, max_length, settings.batch_size, cache=True, show_progress=show_progress
+        encoder,
+        collection.corpus,
+        encoder.side_max_length("document", settings.max_length),
+        settings.batch_size,
+        cache=True,
+        show_progress=show_progress,
     )
     searcher = build_index(documents.matrix, "exact")
     del documents
 
     def rank(queries: list[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
-        vectors = encoder.encode(queries, batch_size=settings.batch_size, max_length=max_length, show_progress=False)
+        vectors = encoder.encode_query(
+            queries, batch_size=settings.batch_size, max_length=settings.max_length, show_progress=False
+        )
         hits = searcher.search(vectors, k=depth)
         return hits.doc_indices, hits.scores
 
