@@ -36,7 +36,9 @@ import contextlib
 import dataclasses
 import logging
 import math
+import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from transformers import get_linear_schedule_with_warmup
 from spladekit.common import distributed
 from spladekit.common.atomic import InPlace, open_in_place
 from spladekit.common.errors import SpladekitError
+from spladekit.common.lines import error_reason
 from spladekit.data.training import TrainingSet, load_training_set
 from spladekit.evaluation.evaluate import evaluate_data
 from spladekit.evaluation.result import EvaluationResult
@@ -159,7 +162,10 @@ class Training:
             if log is not None:
                 log.close()
         if self.metrics is not None and self.config.logging.plots:
-            write_plots(self.output)
+            try:
+                write_plots(self.output)
+            except Exception as error:  # optional output: never the error a run ends with (a full disk)
+                logger.warning("plots not written: %s", error_reason(error))
 
 
 # ------------------------------------------------------------------------------------------ the loop
@@ -382,7 +388,8 @@ def log_step(
     run.window = LogWindow()
     found = run.collapse.update(record)
     if run.metrics is not None:
-        run.metrics.write(record | ({"collapse": found[0]} if found else {}))
+        with written(run.output, f"metrics.jsonl at step {step}"):
+            run.metrics.write(record | ({"collapse": found[0]} if found else {}))
     if found:
         logger.warning("COLLAPSE at step %d: %s", step, found[1])
         if log.stop_on_collapse:
@@ -395,7 +402,8 @@ def periodic_work(run: Training, step: int) -> None:
     log, steps = run.config.logging, run.config.optimization.steps
     if step % log.checkpoint_every == 0 and step < steps:
         if run.processes.main:
-            save_checkpoint(run.output, step, run.encoder, run.optimizer, run.scheduler, log.keep_checkpoints)
+            with written(run.output, f"the checkpoint of step {step}"):
+                save_checkpoint(run.output, step, run.encoder, run.optimizer, run.scheduler, log.keep_checkpoints)
         distributed.barrier(run.processes)
     every = run.config.evaluation.every
     if run.evaluations is not None and (step == steps or (every and step % every == 0)):
@@ -405,11 +413,12 @@ def periodic_work(run: Training, step: int) -> None:
 def finish(run: Training) -> None:
     """Save the trained model with its full model card: the recipe, the head it started from, the evaluations."""
     if run.processes.main:
-        run.encoder.save(
-            run.output / MODEL_FOLDER,
-            training=recipe(run.config, run.initial_head),
-            evaluation=logged_evaluations(run.output),
-        )
+        with written(run.output, "the trained model"):
+            run.encoder.save(
+                run.output / MODEL_FOLDER,
+                training=recipe(run.config, run.initial_head),
+                evaluation=logged_evaluations(run.output),
+            )
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -452,6 +461,24 @@ def logged_evaluations(output: Path) -> list[EvaluationResult]:
     """The last evaluation ``evaluation.jsonl`` holds (the final one), as results; none when not evaluated."""
     records = read_metrics(output, EVALUATION_FILE)
     return [EvaluationResult.from_dict(record, output / EVALUATION_FILE) for record in records[-1:]]
+
+
+@contextlib.contextmanager
+def written(output: Path, what: str) -> Iterator[None]:
+    """A write of the run (checkpoint, model, metrics) that fails — a full disk, a lost permission, whatever
+    torch or safetensors raise for it — stops the run with one line: what failed and why, the space left, the
+    last good checkpoint (a failed one is discarded whole: checkpoints are written atomically) and how to go on."""
+    try:
+        yield
+    except SpladekitError:
+        raise
+    except Exception as error:
+        free = shutil.disk_usage(output).free if output.exists() else None
+        space = "" if free is None else f"; {free / 2**20:,.1f} MiB free on the device of {output}"
+        raise TrainingStopped(
+            f"writing {what} failed ({error_reason(error)}{space}). {_last_good(output)}; "
+            "make room (or fix the permission) and rerun with --resume"
+        ) from None
 
 
 def _last_good(output: Path) -> str:
