@@ -257,3 +257,17 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
         done = cli("encode", model, "--corpus", corpus, *bad, "--output", tmp_path / "bad")
         assert done.returncode == 2 and done.stderr.strip() == f"error: {message}", done.stderr
         assert not (tmp_path / "bad").exists()
+
+
+def test_an_error_during_encoding_starts_a_line_of_its_own(tiny_model_dirs, corpus, tmp_path, cli, monkeypatch):
+    """Today the error line was written right after the progress bar's carriage return, in the middle of its line."""
+    from spladekit.common.errors import SpladekitError
+
+    def broken(self, batch):
+        raise SpladekitError("the model broke mid-corpus")
+
+    monkeypatch.setattr(SparseEncoder, "forward", broken)
+    done = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "out", "--shard-size", 1)
+    assert done.returncode == 2
+    assert "encoding shards" in done.stderr  # a bar was drawn
+    assert "\nerror: the model broke mid-corpus" in done.stderr, repr(done.stderr[-300:])

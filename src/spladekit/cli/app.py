@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import overload
+from typing import Any, TextIO, cast, overload
 
 import typer
 
@@ -61,15 +61,47 @@ def emit(payload: dict, as_json: bool, output: Path | None, human: str) -> None:
     typer.echo(json.dumps(payload, indent=2, default=str) if as_json else human)
 
 
+class _LineTracker:
+    """sys.stderr, remembering whether the last text written ended a line (progress bars end theirs with a
+    carriage return): an error line then starts a line of its own instead of landing in a bar's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.at_line_start = stream, True
+
+    def write(self, text: str) -> int:
+        if text:
+            self.at_line_start = text.endswith("\n")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding…: the stream's own
+        return getattr(self.stream, name)
+
+
+def _error_line(message: str, stderr: _LineTracker) -> None:
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):  # bars an error left open (their loops are in the traceback)
+        bar.close()
+    stderr.write(("" if stderr.at_line_start else "\n") + message + "\n")
+    stderr.flush()
+
+
 def main() -> None:
+    stderr = _LineTracker(sys.stderr)
+    sys.stderr = cast(TextIO, stderr)  # before logging and the bars take it
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     # Our own progress messages (sweep cells, skipped runs) are INFO; other libraries stay at WARNING.
     logging.getLogger("spladekit").setLevel(logging.INFO)
     try:
         app()
     except SpladekitError as error:
-        typer.echo(f"error: {error}", err=True)
+        _error_line(f"error: {error}", stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
+        _error_line("interrupted", stderr)
         sys.exit(130)
+    finally:
+        sys.stderr = stderr.stream
