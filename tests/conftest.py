@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +36,26 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} not present (offline assets live in ../shared beside the repo)")
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_temporary_state_left(tmp_path_factory):
+    """Every temporary file or folder spladekit makes (engine databases, scratch and staging folders, locks), in
+    this process or in the commands the tests run, goes into one folder of its own ($TMPDIR): empty at the end of
+    the suite, or the suite fails naming what was left. pytest's own tmp_path folders are elsewhere (made first)."""
+    tmp_path_factory.getbasetemp()
+    folder = tempfile.mkdtemp(prefix="spladekit-suite-tmp-")
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder
+    yield Path(folder)
+    if saved[0] is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = saved[0]
+    tempfile.tempdir = saved[1]
+    left = sorted(path.name for path in Path(folder).iterdir())
+    shutil.rmtree(folder, ignore_errors=True)
+    assert not left, f"temporary state left behind by the suite: {left}"
 
 
 @pytest.fixture(autouse=True)
