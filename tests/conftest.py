@@ -43,7 +43,8 @@ def _no_temporary_state_left(tmp_path_factory):
     """Every temporary file or folder spladekit makes (engine databases, scratch and staging folders, locks), in
     this process or in the commands the tests run, goes into one folder of its own ($TMPDIR): empty at the end of
     the suite, or the suite fails naming what was left. pytest's own tmp_path folders are elsewhere (made first)."""
-    tmp_path_factory.getbasetemp()
+    # torch's compile cache is a cache by design (persistent, in $TMPDIR by default): kept out of the check
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "torchinductor"))
     folder = tempfile.mkdtemp(prefix="spladekit-suite-tmp-")
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = folder, folder

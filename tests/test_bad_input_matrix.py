@@ -427,6 +427,13 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["search", w["vectors"], "--query-vectors", w["triplets"], "--output", t / "OUT.trec"],
         "",
     ),
+    (  # --device is checked before any work, on every command that runs a model
+        "search-unknown-device",
+        lambda t, w: [
+            *("search", w["vectors"], "--query-vectors", w["vectors"], "--device", "banana", "--output", t / "OUT")
+        ],
+        "unknown device 'banana'",
+    ),
     # evaluate
     (
         "evaluate-missing-data",
@@ -531,6 +538,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["train", w["train"], "--set", f"data.path={t / 'nope.tsv'}", "--output", t / "OUT"],
         "nope.tsv",
     ),
+    (
+        "evaluate-unknown-device",
+        lambda t, w: ["evaluate", w["model"], "--data", w["beir"], "--device", "banana", "--json-out", t / "OUT"],
+        "unknown device 'banana'",
+    ),
     # sweep and report
     (
         "sweep-dotdot-name",
@@ -618,6 +630,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "round to 0 at quantization scale 1e-06",
     ),
+    (
+        "sweep-unknown-device",
+        lambda t, w: ["sweep", sweep_file(t, w), "--device", "banana", "--output", t / "OUT"],
+        "unknown device 'banana'",
+    ),
     # explain
     (
         "explain-missing-model",
@@ -667,6 +684,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["explain", w["model"], "a", "b", "c", "--json-out", t / "OUT.json"],
         "3 texts",
     ),
+    (
+        "explain-unknown-device",
+        lambda t, w: ["explain", w["model"], "a query", "--device", "banana", "--json-out", t / "OUT.json"],
+        "unknown device 'banana'",
+    ),
     # mine
     (
         "mine-no-train-split",
@@ -703,7 +725,17 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["mine", w["beir"], "--seed", str(2**32), "--output", t / "OUT.tsv"],
         "seed must be an integer in [0, 4294967295], got 4294967296",
     ),
+    (
+        "mine-unknown-device",
+        lambda t, w: ["mine", w["beir"], "--model", w["model"], "--device", "banana", "--output", t / "OUT.tsv"],
+        "unknown device 'banana'",
+    ),
     # quickstart
+    (
+        "quickstart-unknown-device",
+        lambda t, w: ["quickstart", "--backbone", w["model"], "--device", "banana", "--output", t / "OUT"],
+        "unknown device 'banana'",
+    ),
     (
         "quickstart-missing-triplets",
         lambda t, w: [

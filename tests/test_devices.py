@@ -75,3 +75,72 @@ def test_encode_and_train_refuse_an_unknown_device_before_any_work(tiny_model_di
     )
     assert done.returncode == 2 and "unknown device 'banana'" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _spy_on_load_model(monkeypatch) -> list:
+    """Record the device every load_model call asks for (and load on the CPU, as this machine must)."""
+    import spladekit.model.loading as loading
+
+    seen: list = []
+    real = loading.load_model
+
+    def spy(*args, device=None, **kwargs):
+        seen.append(device)
+        return real(*args, device="cpu", **kwargs)
+
+    monkeypatch.setattr(loading, "load_model", spy)
+    return seen
+
+
+def test_every_command_that_runs_a_model_passes_its_device_to_the_loader(tiny_model_dirs, tmp_path, cli, monkeypatch):
+    """Today evaluate, search, explain and mine had no --device: the model stayed on the CPU on a GPU machine."""
+    from collection_files import write_beir
+    from spladekit.vectors.artifact import Vectors
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a fake CUDA: --device cuda:0 passes the check
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    seen = _spy_on_load_model(monkeypatch)
+    model, beir = tiny_model_dirs["bert"], write_beir(tmp_path / "beir")
+    train_split = write_beir(tmp_path / "train", split="train")
+    encoder = SparseEncoder.from_pretrained(model)
+    Vectors(encoder.encode(["paris", "a cat"], show_progress=False), ["d1", "d2"], {"model": str(model)}).save(
+        tmp_path / "vectors"
+    )
+    assert cli("index", tmp_path / "vectors", "--output", tmp_path / "index").returncode == 0
+    commands = {
+        "evaluate": ["evaluate", model, "--data", beir, "--no-cache"],
+        "search": [
+            *("search", tmp_path / "index", "--model", model, "--queries", beir / "queries.jsonl"),
+            *("--output", tmp_path / "run.trec"),
+        ],
+        "explain": ["explain", model, "a query about paris"],
+        "mine": ["mine", train_split, "--model", model, "--output", tmp_path / "mined.tsv"],
+    }
+    for name, arguments in commands.items():
+        seen.clear()
+        done = cli(*arguments, "--device", "cuda:0")
+        assert done.returncode == 0, (name, done.stderr)
+        assert seen == ["cuda:0"], name
+
+
+def test_a_sweep_trains_and_evaluates_each_cell_on_its_device(tmp_path, monkeypatch):
+    import spladekit.experiments.sweep as sweep_module
+    from test_experiments import write_sweep
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    trained_on: list = []
+    real_train = sweep_module.train
+    monkeypatch.setattr(
+        sweep_module, "train", lambda *a, device="auto", **kw: trained_on.append(device) or real_train(*a, **kw)
+    )
+    evaluated_on: list = []
+    real_load = sweep_module.load_model
+    monkeypatch.setattr(
+        sweep_module,
+        "load_model",
+        lambda *a, device=None, **kw: evaluated_on.append(device) or real_load(*a, device="cpu", **kw),
+    )
+    sweep = sweep_module.load_sweep(write_sweep(tmp_path, k=[1], baselines=["untouched"]))
+    sweep_module.run_sweep(sweep, tmp_path / "out", only=["bert__"], device="cuda:1")
+    assert trained_on == ["cuda:1"] and evaluated_on == ["cuda:1", "cuda:1"]  # the cell, then its baseline

@@ -24,6 +24,16 @@ DEVICE = typer.Option(
     "--device",
     help="Where the model runs: auto (the GPU when CUDA is available, else the CPU), cpu, cuda or cuda:N.",
 )
+
+
+def checked_device(name: str) -> str:
+    """``--device`` checked before any work (:func:`spladekit.common.devices.resolve_device`), as given."""
+    from spladekit.common.devices import resolve_device
+
+    resolve_device(name)
+    return name
+
+
 JSON_OUTPUT = typer.Option(
     None,
     "--json-out",

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
+from spladekit.cli.core import DEVICE, checked_device
 from spladekit.common.errors import SpladekitError
 
 
@@ -30,6 +31,7 @@ def sweep(
     only: Optional[list[str]] = typer.Option(
         None, "--only", help="Run only the runs whose name contains this (repeatable), e.g. --only tiny__k4."
     ),
+    device: str = DEVICE,
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Train and evaluate every backbone × k × mode of CONFIG with one shared recipe (resumable)."""
@@ -62,7 +64,7 @@ def sweep(
         if result["problems"]:
             raise SpladekitError(f"{config}: {len(result['problems'])} problem(s) found by --dry-run")
         return
-    records = run_sweep(settings, output, only=only)
+    records = run_sweep(settings, output, only=only, device=checked_device(device))
     emit(
         {"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; next: spladekit report {output}"
     )

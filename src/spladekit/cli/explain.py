@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE
+from spladekit.cli.core import DEVICE, JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, checked_device
 from spladekit.common.errors import SpladekitError
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 
@@ -45,6 +45,7 @@ def explain(
         help="Also write a self-contained HTML page with bar "
         "charts of the term weights (must not exist unless --overwrite).",
     ),
+    device: str = DEVICE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -74,6 +75,7 @@ def explain(
     if pair and side is not None:
         raise SpladekitError("--side applies to one TEXT; a pair is encoded as query then document")
     check_top(top)
+    checked_device(device)
     if side is not None:
         check_side(side)
     for number, text in enumerate(texts, start=1):
@@ -86,7 +88,8 @@ def explain(
         opened(html, folder=False, overwrite=overwrite) as staged_html,
     ):
         documents = texts[1:] if doc_id is None else [read_document(corpus, doc_id)]  # type: ignore[arg-type]
-        encoder = load_model(model, trust_remote_code=trust_remote_code)  # either kind: inference-free queries too
+        # either kind: an inference-free model's queries are its weight table
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
         explanation = (
             explain_pair(encoder, texts[0], documents[0], max_length)
             if pair

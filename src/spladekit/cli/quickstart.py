@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
+from spladekit.cli.core import DEVICE
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
@@ -71,6 +72,7 @@ def quickstart(
         "--progress/--no-progress",
         help="Announce each stage and show progress bars on encoding, training and search (on stderr).",
     ),
+    device: str = DEVICE,
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
@@ -94,6 +96,7 @@ def quickstart(
         say=say,
         eval_data=eval_data,
         max_length=max_length,
+        device=device,
     )
     plots = "".join(f"\n  {path}" for path in summary["plot_files"]) or f" {summary['plots']} (none written)"
     emit(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, max_active_dims_option
+from spladekit.cli.core import DEVICE, JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, checked_device, max_active_dims_option
 from spladekit.common.errors import SpladekitError
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.index import BACKENDS, backend_class
@@ -157,6 +157,7 @@ def search(
     batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
+    device: str = DEVICE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -168,6 +169,7 @@ def search(
 
     if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
+    checked_device(device)
     with opened(output, folder=False, overwrite=overwrite) as staged, load_index(index_dir) as searcher:
         if searcher.doc_ids is None:
             raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
@@ -179,7 +181,7 @@ def search(
             from spladekit.model.loading import load_model
 
             assert queries is not None and model is not None  # checked above
-            encoder = load_model(model, trust_remote_code=trust_remote_code)
+            encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
             if encoder.vocab_size != searcher.vocab_size:
                 raise SpladekitError(
                     f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
@@ -261,6 +263,7 @@ def evaluate(
         help="Also write each collection's TREC run to RUN_DIR/<name>.trec "
         "(a new folder unless --overwrite, written atomically).",
     ),
+    device: str = DEVICE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -292,13 +295,14 @@ def evaluate(
 
     backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
     check_max_active_dims(max_active_dims)
+    checked_device(device)
     if dry_run:
         from spladekit.evaluation.cost import estimate_evaluation, estimate_table, workloads
 
         if output is not None or run_dir is not None:
             raise SpladekitError("--dry-run writes nothing: drop --json-out / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
-        encoder = load_model(model, trust_remote_code=trust_remote_code)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
         estimate = estimate_evaluation(
             encoder,
             data,
@@ -322,7 +326,7 @@ def evaluate(
         opened(output, folder=False, overwrite=overwrite) as staged,
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
     ):
-        encoder = load_model(model, trust_remote_code=trust_remote_code)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
         result = evaluate_data(
             encoder,
             data,

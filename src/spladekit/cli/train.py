@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
-from spladekit.cli.core import JSON_FLAG, TRUST_REMOTE_CODE
+from spladekit.cli.core import DEVICE, JSON_FLAG, TRUST_REMOTE_CODE, checked_device
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
@@ -121,6 +121,7 @@ def mine(
         None, min=MIN_TOKEN_LIMIT, help="--model: token limit of documents and queries (default: each side's own)."
     ),
     batch_size: int = typer.Option(32, help="--model: texts per encoding batch."),
+    device: str = DEVICE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace an existing output (once the new one is complete)."
@@ -140,6 +141,7 @@ def mine(
         model=model,
         max_length=max_length,
         batch_size=batch_size,
+        device=checked_device(device),
         trust_remote_code=trust_remote_code,
     )
     summary = mine_training_data(data, output, layout, settings, split=split, overwrite=overwrite)

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spladekit.common.atomic import atomic_file, final_path, open_output
+from spladekit.common.devices import resolve_device
 from spladekit.common.sources import shared_folder
 from spladekit.data.collections import load_collection
 from spladekit.data.training import load_training_set
@@ -179,6 +180,7 @@ def quickstart(
     say: Callable[[str], None] = logger.info,
     eval_data: str | Path | None = None,
     max_length: int | None = None,
+    device: str = "auto",
 ) -> dict:
     """Run the whole pipeline on ``backbone`` (hub id or folder), training on ``triplets`` (default
     ``DATA/triplets-train.tsv``, else BM25 triplets mined from the train split of ``data``: folder, ir_datasets
@@ -186,7 +188,8 @@ def quickstart(
     documents cut to ``max_length`` tokens (default: the model's limit); ``config`` = base training YAML.
     ``None`` for backbone, data and eval_data: :func:`default_assets` (with ``data`` given, eval_data defaults
     to it). Each stage is announced through ``say`` (one line each); ``show_progress`` shows progress bars on
-    the long steps."""
+    the long steps. Every stage runs on ``device`` (:func:`spladekit.common.devices.resolve_device`)."""
+    resolve_device(device)  # before any work
     defaults = default_assets()
     backbone = backbone or defaults[0]
     eval_data = eval_data or data or defaults[2]
@@ -209,6 +212,7 @@ def quickstart(
             trust_remote_code,
             show_progress,
             say,
+            device,
         )
     return summary
 
@@ -225,6 +229,7 @@ def _quickstart(
     trust_remote_code: bool,
     show_progress: bool,
     say: Callable[[str], None],
+    device: str,
 ) -> dict:
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
     say(
@@ -235,7 +240,7 @@ def _quickstart(
     triplets = Path(triplets) if triplets is not None else find_or_mine(data, output, show_progress)
     settings = dataclasses.replace(settings, data=dataclasses.replace(settings.data, path=str(triplets)))
     steps = settings.optimization.steps
-    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code)
+    encoder = SparseEncoder.from_pretrained(backbone, trust_remote_code=trust_remote_code, device=device)
 
     say(f"[1/{STAGES}] diagnose: the MLM head's scale, and the k that brings it to a trained SPLADE's")
     # once, on the training pairs that `rescale.k: auto` would diagnose: the k explained is the k trained with
@@ -270,8 +275,9 @@ def _quickstart(
         f"[3/{STAGES}] train: {steps} steps of {settings.optimization.batch_size} triplets from {triplets}, head "
         f"divided by auto-k"
     )
-    run = train(settings, output / "train")
-    trained = load_model(run.model, trust_remote_code=trust_remote_code)  # either kind (model.kind in --config)
+    run = train(settings, output / "train", device=device)
+    # either kind (model.kind in --config)
+    trained = load_model(run.model, trust_remote_code=trust_remote_code, device=device)
 
     say(f"[4/{STAGES}] evaluate after: the trained model ({rescaling.describe()})")
     after = evaluate(

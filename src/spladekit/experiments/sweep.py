@@ -399,14 +399,12 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
     return path, read_head_report(report_path)
 
 
-def evaluate_run(run_dir: Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
-    """The trained model of one run on every evaluation dataset or suite, keyed by its name."""
-    return evaluate_model(run_dir / "model", sweep, trust_remote_code)
-
-
-def evaluate_model(model: str | Path, sweep: SweepConfig, trust_remote_code: bool) -> dict[str, EvaluationResult]:
-    """A model (folder or hub id) on every evaluation dataset or suite of the sweep, keyed by its name."""
-    encoder = load_model(model, trust_remote_code=trust_remote_code)  # either kind (model.kind)
+def evaluate_model(
+    model: str | Path, sweep: SweepConfig, trust_remote_code: bool, device: str = "auto"
+) -> dict[str, EvaluationResult]:
+    """A model (folder or hub id) on every evaluation dataset or suite of the sweep, keyed by its name, encoded
+    on ``device`` (:func:`spladekit.common.devices.resolve_device`; the cell's training device)."""
+    encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)  # either kind (model.kind)
     evaluation = sweep.evaluation
     results = {}
     for data in evaluation.data:
@@ -478,13 +476,14 @@ def read_evaluation(run_dir: Path) -> dict[str, EvaluationResult]:
     return {name: EvaluationResult.from_dict(result, path, f"{name}.") for name, result in payload.items()}
 
 
-def run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
-    """Train (or resume) and evaluate one cell; ``run.json`` says ``done`` only when all of it finished."""
+def run_cell(cell: Cell, sweep: SweepConfig, output: Path, device: str = "auto") -> dict:
+    """Train (or resume) and evaluate one cell on ``device``; ``run.json`` says ``done`` only when all of it
+    finished."""
     with remote_code_hint(f"set trust_remote_code: true on backbone {cell.backbone!r} in the sweep file"):
-        return _run_cell(cell, sweep, output)
+        return _run_cell(cell, sweep, output, device)
 
 
-def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
+def _run_cell(cell: Cell, sweep: SweepConfig, output: Path, device: str) -> dict:
     spec = next(spec for spec in sweep.backbones if spec.name == cell.backbone)
     run_dir = output / "runs" / cell.name
     record_path = run_dir / RUN_FILE
@@ -512,17 +511,20 @@ def _run_cell(cell: Cell, sweep: SweepConfig, output: Path) -> dict:
     began = time.perf_counter()
     if not (run_dir / "model" / "config.json").is_file():
         resume = bool(checkpoints(run_dir)) if run_dir.is_dir() else False
-        train(config, run_dir, resume=resume, overwrite=not resume)
+        train(config, run_dir, resume=resume, overwrite=not resume, device=device)
     _write_json(record_path, record | {"status": "evaluating"})
-    results = evaluate_run(run_dir, sweep, spec.trust_remote_code)
+    results = evaluate_model(run_dir / "model", sweep, spec.trust_remote_code, device)
     _write_json(run_dir / EVALUATION_FILE, {name: result.to_dict() for name, result in results.items()})
     record |= {"status": "done", "seconds": round(time.perf_counter() - began, 1)}
     _write_json(record_path, record)
     return record
 
 
-def run_sweep(sweep: SweepConfig, output: str | Path, only: list[str] | None = None) -> list[dict]:
-    """Run every cell (or those whose name contains one of ``only``), skipping finished ones."""
+def run_sweep(
+    sweep: SweepConfig, output: str | Path, only: list[str] | None = None, device: str = "auto"
+) -> list[dict]:
+    """Run every cell (or those whose name contains one of ``only``), skipping finished ones; each cell trains
+    and is evaluated on ``device``, and so are the baselines."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     grid = plan(sweep)
@@ -532,11 +534,11 @@ def run_sweep(sweep: SweepConfig, output: str | Path, only: list[str] | None = N
     records = []
     for index, cell in enumerate(cells, start=1):
         log.info("[%d/%d] %s", index, len(cells), cell.name)
-        records.append(run_cell(cell, sweep, output))
+        records.append(run_cell(cell, sweep, output, device))
     for name, spec in baseline_plan(sweep):
         if not only or any(part in name for part in only):
             log.info("baseline %s", name)
-            run_baseline(name, spec, sweep, output)
+            run_baseline(name, spec, sweep, output, device)
     return records
 
 
@@ -550,7 +552,7 @@ def baseline_plan(sweep: SweepConfig) -> list[tuple[str, BackboneSpec | None]]:
     return planned
 
 
-def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, output: Path) -> dict:
+def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, output: Path, device: str = "auto") -> dict:
     """Evaluate one baseline into ``baselines/<name>/`` (skipped when done): the backbone as training starts
     from it (an inflated variant included), or BM25."""
     from spladekit.evaluation.baselines import evaluate_bm25_data
@@ -569,7 +571,7 @@ def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, outpu
     else:
         with remote_code_hint(f"set trust_remote_code: true on backbone {spec.name!r} in the sweep file"):
             path, initial = prepare_backbone(spec, output)
-            results = evaluate_model(path, sweep, spec.trust_remote_code)
+            results = evaluate_model(path, sweep, spec.trust_remote_code, device)
         record = {
             "run": name,
             "backbone": spec.name,

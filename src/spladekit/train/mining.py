@@ -86,6 +86,7 @@ class MiningSettings:
     model: str | None = None
     max_length: int | None = None  # model: tokens per text (default: the model's)
     batch_size: int = 32  # model: texts per encoding batch
+    device: str = "auto"  # model: where it encodes (spladekit.common.devices.resolve_device)
     trust_remote_code: bool = False
 
     def check(self) -> None:
@@ -210,7 +211,7 @@ def model_ranker(collection: Collection, settings: MiningSettings, show_progress
     from spladekit.index import build_index
     from spladekit.model.loading import load_model
 
-    encoder = load_model(str(settings.model), trust_remote_code=settings.trust_remote_code)
+    encoder = load_model(str(settings.model), trust_remote_code=settings.trust_remote_code, device=settings.device)
     documents, _ = encode_corpus(
         encoder,
         collection.corpus,
