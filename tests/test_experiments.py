@@ -524,3 +524,62 @@ def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path
         result = cli("report", sweep_dir, "--contrast", contrast)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
         assert not (sweep_dir / "results.md").exists()
+
+
+def test_shards_split_the_grid_and_its_baselines_with_no_run_twice_or_missed(tmp_path, monkeypatch):
+    import spladekit.experiments.sweep as sweep_module
+    from spladekit.vectors.encoding import ShardSelection
+
+    ran: dict[int, list[str]] = {}
+    sweep = load_sweep(write_sweep(tmp_path, baselines=["untouched", "bm25"]))
+    for index in range(3):
+        names = ran.setdefault(index, [])
+        monkeypatch.setattr(sweep_module, "run_cell", lambda cell, *a, names=names: names.append(cell.name) or {})
+        monkeypatch.setattr(sweep_module, "run_baseline", lambda name, *a, names=names: names.append(name) or {})
+        run_sweep(sweep, tmp_path / "out", shard=ShardSelection(index, 3))
+    everything = [cell.name for cell in plan(sweep)] + [name for name, _ in sweep_module.baseline_plan(sweep)]
+    assert sorted(sum(ran.values(), [])) == sorted(everything) and len(everything) == 7
+    assert all(ran.values())  # every worker got work
+
+
+def test_report_of_a_partly_run_grid_names_the_missing_runs(tmp_path, monkeypatch):
+    from spladekit.experiments.report import build_report
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    sweep = load_sweep(write_sweep(tmp_path, k=[1], baselines=[]))
+    run_sweep(sweep, tmp_path / "out", only=["bert__"])
+    result = build_report(tmp_path / "out")
+    assert result["missing_runs"] == ["roberta-x8__k1__none"]
+    assert "Partial grid: 1 planned run(s) not finished:** roberta-x8__k1__none" in Path(result["markdown"]).read_text()
+
+
+@pytest.mark.slow
+def test_two_shard_workers_and_two_device_workers_give_the_report_of_one(tmp_path, monkeypatch, cli):
+    """`sweep --shard 0/2` and `--shard 1/2` as two processes side by side, and `--devices cpu,cpu`: the same
+    runs, scores and report rows as one worker (training is deterministic given the config)."""
+    import subprocess
+    import sys
+
+    from spladekit.experiments.report import build_report
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    config = write_sweep(tmp_path, k=[1, 8], baselines=["bm25"])
+    run_sweep(load_sweep(config), tmp_path / "one")
+    command = [sys.executable, "-m", "spladekit", "sweep", str(config), "--output", str(tmp_path / "shards")]
+    workers = [subprocess.Popen([*command, "--shard", f"{i}/2", "--device", "cpu"]) for i in range(2)]
+    assert [worker.wait() for worker in workers] == [0, 0]
+    done = cli("sweep", config, "--output", tmp_path / "devices", "--devices", "cpu,cpu")
+    assert done.returncode == 0, done.stderr
+    logs = sorted(path.name for path in (tmp_path / "devices" / "workers").iterdir())
+    assert logs == ["worker-0.log", "worker-1.log"]
+
+    def scores(folder: Path) -> dict:  # what training and evaluation computed (timings aside)
+        runs = sorted((folder / "runs").iterdir()) + [folder / "baselines" / "bm25"]
+        evaluations = {run.name: json.loads((run / "evaluation.json").read_text()) for run in runs}
+        return {run: {name: value["per_query"] for name, value in one.items()} for run, one in evaluations.items()}
+
+    reference = scores(tmp_path / "one")
+    assert len(reference) == 5
+    for folder in ("shards", "devices"):
+        assert scores(tmp_path / folder) == reference, folder
+        assert build_report(tmp_path / folder)["missing_runs"] == []

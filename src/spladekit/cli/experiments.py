@@ -32,6 +32,18 @@ def sweep(
         None, "--only", help="Run only the runs whose name contains this (repeatable), e.g. --only tiny__k4."
     ),
     device: str = DEVICE,
+    shard: Optional[str] = typer.Option(
+        None,
+        "--shard",
+        help="I/N: only the cells (and baselines) at plan positions I modulo N, for N workers sharing the "
+        "grid (Slurm: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT).",
+    ),
+    devices: Optional[str] = typer.Option(
+        None,
+        "--devices",
+        help="Run the grid on several devices side by side, one worker process per device (0,1,2,3 = "
+        "cuda:0…cuda:3; cpu,cpu = two CPU workers); their logs go to OUTPUT/workers/. Not with --shard/--device.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
 ) -> None:
     """Train and evaluate every backbone × k × mode of CONFIG with one shared recipe (resumable)."""
@@ -39,7 +51,8 @@ def sweep(
     from rich.table import Table
 
     from spladekit.experiments.sweep import dry_run as plan_sweep
-    from spladekit.experiments.sweep import load_sweep, run_sweep
+    from spladekit.experiments.sweep import load_sweep, run_on_devices, run_sweep
+    from spladekit.vectors.encoding import parse_shard
 
     settings = load_sweep(config)
     if dry_run:
@@ -64,7 +77,22 @@ def sweep(
         if result["problems"]:
             raise SpladekitError(f"{config}: {len(result['problems'])} problem(s) found by --dry-run")
         return
-    records = run_sweep(settings, output, only=only, device=checked_device(device))
+    if devices is not None:
+        if shard is not None or device != "auto":
+            raise SpladekitError("--devices starts one worker per device: give it without --shard and --device")
+        names = [item.strip() for item in devices.split(",") if item.strip()]
+        if not names:
+            raise SpladekitError(f"--devices must list at least one device, got {devices!r}")
+        logs = run_on_devices(config, output, [f"cuda:{name}" if name.isdigit() else name for name in names], only)
+        emit(
+            {"workers": [str(path) for path in logs]},
+            as_json,
+            None,
+            f"{len(logs)} worker(s) finished in {output} (logs: {logs[0].parent}); next: spladekit report {output}",
+        )
+        return
+    selection = parse_shard(shard)
+    records = run_sweep(settings, output, only=only, device=checked_device(device), shard=selection)
     emit(
         {"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; next: spladekit report {output}"
     )

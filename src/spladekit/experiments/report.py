@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.lines import expect, read_json
 from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
 from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
 from spladekit.train.monitors import read_metrics
@@ -253,12 +254,20 @@ def _format(value: object, column: str = "") -> str:
     return str(value)
 
 
-def markdown(rows: list[dict], summary: dict, command: str | None, tests: list[PairedTest] | None = None) -> str:
+def markdown(
+    rows: list[dict],
+    summary: dict,
+    command: str | None,
+    tests: list[PairedTest] | None = None,
+    missing: Sequence[str] = (),
+) -> str:
     columns = _columns(rows)
     out = io.StringIO()
     out.write("# Sweep results\n\n")
     if command:
         out.write(f"Produced by: `{command}`\n\n")
+    if missing:
+        out.write(f"**Partial grid: {len(missing)} planned run(s) not finished:** {', '.join(missing)}\n\n")
     out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
     for row in rows:
         out.write("| " + " | ".join(_format(row.get(column), column) for column in columns) + " |\n")
@@ -403,6 +412,17 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     return written
 
 
+def unfinished_runs(directory: Path, rows: list[dict]) -> list[str]:
+    """The runs ``plan.json`` lists that have no finished ``run.json`` (a partly run grid: workers still running,
+    or some failed); empty for a folder without a plan."""
+    plan_path = directory / "plan.json"
+    if not plan_path.is_file():
+        return []
+    planned = expect(read_json(plan_path, dict).get("runs"), list, "'runs'", plan_path)
+    done = {row["run"] for row in rows if row.get("status") == "done"}
+    return [name for name in planned if name not in done]
+
+
 def build_report(directory: str | Path, command: str | None = None, contrasts: Iterable[str] = ()) -> dict:
     """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder; ``contrasts`` (``"A:B"``)
     are tested on top of the report's own pairs. A contrast naming a configuration with no finished run is
@@ -419,13 +439,14 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
         )
     summary = best_k(rows)
     tests = paired_tests(directory, rows, summary, pairs)
+    missing = unfinished_runs(directory, rows)
     columns = _columns(rows)
     with atomic_file(directory / "results.csv") as stream:
         writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     with atomic_file(directory / "results.md") as stream:
-        stream.write(markdown(rows, summary, command, tests))
+        stream.write(markdown(rows, summary, command, tests, missing))
     plots = plot(directory, rows, summary)
     return {
         "rows": len(rows),
@@ -434,4 +455,5 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
         "plots": [str(p) for p in plots],
         "best": summary,
         "paired_tests": [test.to_dict() for test in tests],
+        "missing_runs": missing,
     }

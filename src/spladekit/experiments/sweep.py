@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 from spladekit.common.atomic import atomic_file
+from spladekit.common.devices import resolve_device
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
 from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, allowed
@@ -53,6 +54,7 @@ from spladekit.model.loading import load_model
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.config import apply_override, build_dataclass, config_from_dict, read_yaml
 from spladekit.train.loop import train
+from spladekit.vectors.encoding import ShardSelection
 
 log = logging.getLogger("spladekit")
 
@@ -521,25 +523,63 @@ def _run_cell(cell: Cell, sweep: SweepConfig, output: Path, device: str) -> dict
 
 
 def run_sweep(
-    sweep: SweepConfig, output: str | Path, only: list[str] | None = None, device: str = "auto"
+    sweep: SweepConfig,
+    output: str | Path,
+    only: list[str] | None = None,
+    device: str = "auto",
+    shard: ShardSelection = ShardSelection(),
 ) -> list[dict]:
     """Run every cell (or those whose name contains one of ``only``), skipping finished ones; each cell trains
-    and is evaluated on ``device``, and so are the baselines."""
+    and is evaluated on ``device``, and so are the baselines. ``shard`` (``--shard I/N``, Slurm job arrays):
+    only the cells and baselines whose position in the plan is I modulo N, so N workers share a grid with no
+    coordinator (a cell's training folder is locked: two workers never run one cell)."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     grid = plan(sweep)
     # plan.json is the whole grid, so a report can tell missing runs from runs never planned.
     _write_json(output / PLAN_FILE, {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in grid]})
-    cells = [c for c in grid if not only or any(part in c.name for part in only)]
+
+    def wanted(position: int, name: str) -> bool:
+        return shard.mine(position) and (not only or any(part in name for part in only))
+
+    cells = [cell for position, cell in enumerate(grid) if wanted(position, cell.name)]
     records = []
     for index, cell in enumerate(cells, start=1):
         log.info("[%d/%d] %s", index, len(cells), cell.name)
         records.append(run_cell(cell, sweep, output, device))
-    for name, spec in baseline_plan(sweep):
-        if not only or any(part in name for part in only):
+    for position, (name, spec) in enumerate(baseline_plan(sweep), start=len(grid)):
+        if wanted(position, name):
             log.info("baseline %s", name)
             run_baseline(name, spec, sweep, output, device)
     return records
+
+
+def run_on_devices(config: Path, output: Path, devices: list[str], only: list[str] | None = None) -> list[Path]:
+    """``sweep --devices``: one ``spladekit sweep --shard I/N --device D`` process per device, side by side
+    (each cell's training and evaluation on its worker's device); each worker's output goes to
+    ``OUTPUT/workers/worker-I.log``. A worker that fails is an error naming its log, once all have ended."""
+    import subprocess
+    import sys
+
+    for device in devices:
+        resolve_device(device)  # before any worker starts
+    logs = output / "workers"
+    logs.mkdir(parents=True, exist_ok=True)
+    workers = []
+    for index, device in enumerate(devices):
+        command = [sys.executable, "-m", "spladekit", "sweep", str(config), "--output", str(output)]
+        command += ["--shard", f"{index}/{len(devices)}", "--device", device]
+        command += [item for part in only or [] for item in ("--only", part)]
+        path = logs / f"worker-{index}.log"
+        with path.open("w") as stream:
+            workers.append((path, subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT)))
+    failed = [path for path, process in workers if process.wait() != 0]
+    if failed:
+        raise SpladekitError(
+            f"{len(failed)} of {len(workers)} sweep workers failed; see {', '.join(map(str, failed))} "
+            "(finished cells are kept: rerun the same command to resume)"
+        )
+    return [path for path, _ in workers]
 
 
 def baseline_plan(sweep: SweepConfig) -> list[tuple[str, BackboneSpec | None]]:
