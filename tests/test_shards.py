@@ -184,6 +184,18 @@ def test_resume_redoes_a_shard_whose_sidecar_is_damaged(cli, model, corpus, tmp_
     assert_same(Vectors.load(folder), reference)
 
 
+@pytest.mark.parametrize("damage", ['{"broken', '{"format": "spladekit-sharded-vectors", "version": 1}'])
+def test_resume_rewrites_a_damaged_manifest_from_the_shards(cli, model, corpus, tmp_path, damage):
+    """Today --resume refused a damaged manifest.json ("rerun with --resume") forever."""
+    folder = tmp_path / "vectors"
+    encode(cli, model, corpus, folder, "--shard-size", 3)
+    reference = Vectors.load(folder)
+    (folder / MANIFEST).write_text(damage)
+    result = encode(cli, model, corpus, folder, "--shard-size", 3, "--resume")
+    assert result["encoded_shards"] == [] and result["reused_shards"] == [0, 1, 2, 3] and result["complete"]
+    assert_same(Vectors.load(folder), reference)
+
+
 def test_resume_with_another_model_or_shard_size_is_one_error_line(cli, model, tiny_model_dirs, corpus, tmp_path):
     folder = tmp_path / "vectors"
     encode(cli, model, corpus, folder, "--shard-size", 3)

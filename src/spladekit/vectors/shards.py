@@ -169,10 +169,15 @@ def sealed_sidecars(folder: str | Path) -> list[Path]:
 
 
 def existing_plan(folder: str | Path) -> tuple[dict, Path] | None:
-    """The plan recorded in a sharded folder (its manifest, else its first sealed shard), and where."""
+    """The plan recorded in a sharded folder (its manifest, else its first readable sealed shard), and where. A
+    damaged manifest is passed over with a warning: the shards' sidecars say the same, and the manifest is
+    written again from them once every shard is sealed (:func:`finalize`)."""
     folder = Path(folder)
     if (folder / MANIFEST).is_file():
-        return read_manifest(folder)["plan"], folder / MANIFEST
+        try:
+            return read_manifest(folder)["plan"], folder / MANIFEST
+        except InputError as error:
+            log.warning("damaged manifest (%s): the plan is read from the shards, the manifest written again", error)
     for sidecar in sealed_sidecars(folder):
         try:
             return expect(read_json(sidecar, dict).get("plan"), dict, "'plan'", sidecar), sidecar
