@@ -503,3 +503,28 @@ def test_without_self_hits_keeps_order_and_cuts_to_k():
     run = Run({"q": {"a": 3.0, "q": 2.0, "b": 1.0, "c": 0.5}, "r": {"a": 1.0}})
     kept, dropped = run.without_self_hits(2)
     assert kept.scores == {"q": {"a": 3.0, "b": 1.0}, "r": {"a": 1.0}} and dropped == 1
+
+
+def test_bf16_encoding_is_close_to_fp32_and_recorded_where_the_vectors_are(model_dir, tmp_path, monkeypatch):
+    """--bf16 (autocast) changes the last bits: never mixed with fp32 vectors in the cache or a resumed folder."""
+    from spladekit.common.errors import SpladekitError
+    from spladekit.vectors.encoding import encode_to_shards
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    folder = write_beir(tmp_path / "mini")
+    fp32, bf16 = SparseEncoder.from_pretrained(model_dir), SparseEncoder.from_pretrained(model_dir, bf16=True)
+    texts = load_collection(folder).corpus.texts
+    a = fp32.encode(texts, show_progress=False).toarray()
+    b = bf16.encode(texts, show_progress=False).toarray()
+    assert not np.array_equal(a, b)  # bf16 really ran
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.99
+    results = [evaluate(encoder, load_collection(folder), show_progress=False) for encoder in (fp32, bf16)]
+    assert [result.provenance["bf16"] for result in results] == [False, True]
+    assert results[0].provenance["cache_dir"] != results[1].provenance["cache_dir"]
+    encode_to_shards(str(model_dir), folder / "corpus.jsonl", tmp_path / "vectors", bf16=True, show_progress=False)
+    assert json.loads((tmp_path / "vectors" / "manifest.json").read_text())["plan"]["bf16"] is True
+    with pytest.raises(SpladekitError, match="bf16"):  # resuming without --bf16: another plan
+        encode_to_shards(
+            str(model_dir), folder / "corpus.jsonl", tmp_path / "vectors", resume=True, show_progress=False
+        )

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import DEVICE, JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, checked_device, max_active_dims_option
+from spladekit.cli.core import (
+    BF16,
+    DEVICE,
+    JSON_FLAG,
+    JSON_OUTPUT,
+    TRUST_REMOTE_CODE,
+    checked_device,
+    max_active_dims_option,
+)
 from spladekit.common.errors import SpladekitError
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.index import BACKENDS, backend_class
@@ -158,6 +166,7 @@ def search(
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
     device: str = DEVICE,
+    bf16: bool = BF16,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -181,7 +190,7 @@ def search(
             from spladekit.model.loading import load_model
 
             assert queries is not None and model is not None  # checked above
-            encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
+            encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
             if encoder.vocab_size != searcher.vocab_size:
                 raise SpladekitError(
                     f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
@@ -264,6 +273,7 @@ def evaluate(
         "(a new folder unless --overwrite, written atomically).",
     ),
     device: str = DEVICE,
+    bf16: bool = BF16,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -302,7 +312,7 @@ def evaluate(
         if output is not None or run_dir is not None:
             raise SpladekitError("--dry-run writes nothing: drop --json-out / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
         estimate = estimate_evaluation(
             encoder,
             data,
@@ -326,7 +336,7 @@ def evaluate(
         opened(output, folder=False, overwrite=overwrite) as staged,
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
     ):
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
         result = evaluate_data(
             encoder,
             data,

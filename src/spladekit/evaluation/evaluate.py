@@ -132,7 +132,10 @@ def encode_corpus(
         )
     model_sha256 = model_fingerprint(encoder)
     corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
-    key = hashlib.sha256(f"{model_sha256}|{corpus_sha256}|{max_length}|{encoder.pooling}".encode()).hexdigest()
+    precision = "|bf16" if encoder.bf16 else ""  # appended only when on: earlier cache entries stay valid
+    key = hashlib.sha256(
+        f"{model_sha256}|{corpus_sha256}|{max_length}|{encoder.pooling}{precision}".encode()
+    ).hexdigest()
     folder = cache_root() / "vectors" / key
     cached = read_cache_entry(folder, corpus, encoder.vocab_size)
     if cached is not None:
@@ -275,6 +278,7 @@ def evaluate(
             "max_active_dims": max_active_dims,
             "self_hits_removed": self_hits,
             "pooling": encoder.pooling,
+            "bf16": encoder.bf16,
             "corpus_cached": encode_info["corpus_cached"],
             "cache_dir": encode_info["cache_dir"],
             "run": None if run_path is None else str(final_path(run_path)),

@@ -219,6 +219,10 @@ class InferenceFreeEncoder(nn.Module):
         return self.document_encoder.pooling
 
     @property
+    def bf16(self) -> bool:  # documents only: queries are table rows, no arithmetic to round
+        return self.document_encoder.bf16
+
+    @property
     def vocab_size(self) -> int:
         return self.document_encoder.vocab_size
 
@@ -248,6 +252,7 @@ class InferenceFreeEncoder(nn.Module):
         max_length: int | None = None,
         query_max_length: int | None = None,
         pooling: str = "fused",
+        bf16: bool = False,
     ) -> InferenceFreeEncoder:
         """Load a saved inference-free spladekit folder or a sentence-transformers inference-free ``Router``
         folder (see :mod:`spladekit.model.foreign`)."""
@@ -255,7 +260,12 @@ class InferenceFreeEncoder(nn.Module):
 
         path = Path(path).expanduser()
         documents = SparseEncoder.from_pretrained(
-            path, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
+            path,
+            trust_remote_code=trust_remote_code,
+            device=device,
+            max_length=max_length,
+            pooling=pooling,
+            bf16=bf16,
         )
         resolved = resolve_model_folder(path)
         frozen = False

@@ -40,14 +40,18 @@ def load_model(
     device: str | None = None,
     max_length: int | None = None,
     pooling: str = "fused",
+    bf16: bool = False,
 ) -> RetrievalModel:
-    """The model in ``path_or_id``, as its kind (``max_length``: the document token limit)."""
-    if is_inference_free(path_or_id):
-        return InferenceFreeEncoder.from_pretrained(
-            path_or_id, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
-        )
-    return SparseEncoder.from_pretrained(
-        path_or_id, trust_remote_code=trust_remote_code, device=device, max_length=max_length, pooling=pooling
+    """The model in ``path_or_id``, as its kind (``max_length``: the document token limit; ``bf16``: encode under
+    bf16 autocast, see :class:`spladekit.model.encoder.SparseEncoder`)."""
+    kind = InferenceFreeEncoder if is_inference_free(path_or_id) else SparseEncoder
+    return kind.from_pretrained(
+        path_or_id,
+        trust_remote_code=trust_remote_code,
+        device=device,
+        max_length=max_length,
+        pooling=pooling,
+        bf16=bf16,
     )
 
 

@@ -118,6 +118,7 @@ def build_plan(
         "side": side,
         "max_length": encoder.side_max_length(check_side(side), max_length),
         "pooling": encoder.pooling,
+        **({"bf16": True} if encoder.bf16 else {}),  # absent when off: folders made before stay resumable
         "max_active_dims": max_active_dims,
         "shard_size": shard_size,
         "vocab_size": encoder.vocab_size,
@@ -251,6 +252,7 @@ def encode_to_shards(
     trust_remote_code: bool = False,
     device: str | None = "auto",
     show_progress: bool = True,
+    bf16: bool = False,
 ) -> ShardedEncoding:
     """Encode ``corpus`` (a JSONL file, BEIR folder, HF or ir_datasets id) with ``model`` into the sharded
     vectors folder ``output``; every check happens before the folder is created (see the module docstring)."""
@@ -295,6 +297,7 @@ def encode_to_shards(
                 trust_remote_code,
                 device,
                 show_progress,
+                bf16=bf16,
             )
         except SpladekitError as error:
             sealed = sealed_sidecars(output)
@@ -324,6 +327,7 @@ def _encode(
     trust_remote_code: bool,
     device: str | None,
     show_progress: bool,
+    bf16: bool = False,
 ) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
@@ -333,7 +337,7 @@ def _encode(
         processes = setup(device)
         selection = ShardSelection(processes.rank, processes.world_size)
     where = str(resolve_device(device) if processes is None else processes.device)
-    encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where)
+    encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where, bf16=bf16)
     plan = build_plan(
         encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length, max_active_dims, shard_size
     )
