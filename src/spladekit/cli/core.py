@@ -28,8 +28,8 @@ DEVICE = typer.Option(
 BF16 = typer.Option(
     False,
     "--bf16",
-    help="Encode under bf16 autocast (weights stay fp32): ~5x faster on GPU tensor cores, not bit-identical to "
-    "fp32 (nDCG@10 parity measured on SciFact, docs/benchmarks.md); recorded with the vectors / result.",
+    help="Encode under bf16 autocast (weights stay fp32): 3.4-5.5x the fp32 speed on an H200, not bit-identical "
+    "to fp32 (nDCG@10 parity measured on SciFact; docs/encoding.md); recorded with the vectors / result.",
 )
 
 

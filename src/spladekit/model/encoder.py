@@ -152,8 +152,8 @@ class SparseEncoder(nn.Module):
     screens the terms under a rounding-error bound, fp32 recomputes the candidates: the same non-zero set,
     see ``pooling.screen_candidates``) or ``"naive"`` (materializes B × L × V logits). ``bf16``: ``encode`` runs
     the backbone and head under bf16 autocast (:func:`spladekit.common.devices.autocast`; the weights stay fp32),
-    ~5× faster on a GPU's tensor cores and not bit-identical to fp32: recorded where the vectors are (a sharded
-    folder's plan, the evaluation cache key, an evaluation's provenance).
+    3.4-5.5× the fp32 speed on an H200 (docs/encoding.md) and not bit-identical to fp32: recorded where the
+    vectors are (a sharded folder's plan, the evaluation cache key, an evaluation's provenance).
     """
 
     def __init__(
