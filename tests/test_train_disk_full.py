@@ -84,3 +84,31 @@ def test_a_real_full_disk_during_training(tiny_bert, triplets_file, tmp_path, cl
         assert (disk / "run" / "model" / "model.safetensors").is_file()
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_a_real_full_disk_during_encoding(tiny_model_dirs, tmp_path, cli):
+    from spladekit.vectors.artifact import Vectors
+
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "4m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        corpus = tmp_path / "corpus.jsonl"
+        text = "doc {} about cats and dogs and the capital of france paris"
+        corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": text.format(i)}) + "\n" for i in range(3000)))
+        model = tiny_model_dirs["bert"]
+        reference = tmp_path / "reference"
+        assert cli("encode", model, "--corpus", corpus, "--output", reference, "--shard-size", 500).returncode == 0
+        filler = disk / "filler"
+        filler.write_bytes(b"\0" * (4 * 2**20 - 1100 * 2**10))  # room for two shards (~440 KB each) of the six
+        done = cli("encode", model, "--corpus", corpus, "--output", disk / "v", "--shard-size", 500)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 2 and len(errors) == 1, done.stderr
+        assert "no space left on device" in errors[0] and "complete shard(s) kept" in errors[0], errors[0]
+        filler.unlink()
+        done = cli("encode", model, "--corpus", corpus, "--output", disk / "v", "--shard-size", 500, "--resume")
+        assert done.returncode == 0, done.stderr
+        finished, expected = Vectors.load(disk / "v"), Vectors.load(reference)
+        assert finished.ids == expected.ids and (finished.matrix != expected.matrix).nnz == 0
+    finally:
+        subprocess.run(["umount", str(disk)])
