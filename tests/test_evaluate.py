@@ -528,3 +528,36 @@ def test_bf16_encoding_is_close_to_fp32_and_recorded_where_the_vectors_are(model
         encode_to_shards(
             str(model_dir), folder / "corpus.jsonl", tmp_path / "vectors", resume=True, show_progress=False
         )
+
+
+@pytest.mark.slow
+def test_evaluate_under_torchrun_encodes_on_every_rank_and_reports_once(model_dir, tmp_path):
+    """Two gloo ranks split a 3-shard corpus in the shared cache; rank 0 alone scores and prints: the same
+    result as one process."""
+    import os
+    import subprocess
+    import sys
+
+    from collection_files import DOCS
+
+    docs = {**DOCS, **{f"x{i}": ("", f"filler document {i} about nothing in particular") for i in range(20_000)}}
+    folder = write_beir(tmp_path / "big", docs=docs)
+    src = Path(__file__).resolve().parents[1] / "src"
+    (tmp_path / "tmp").mkdir()  # torchrun's own temporary folders (torchelastic_*) go here, not into $TMPDIR
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
+    env["SPLADEKIT_CACHE"] = str(tmp_path / "cache")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
+    command += ["spladekit", "evaluate", str(model_dir), "--data", str(folder), "--json", "--device", "cpu"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0 and ("init_process_group" in done.stderr or "rendezvous" in done.stderr.lower()):
+        pytest.skip(f"torchrun could not start two gloo processes here: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranked = json.loads(done.stdout)  # one JSON document: only rank 0 reports
+    assert ranked["corpus_cached"] is False and len(list(Path(ranked["cache_dir"]).glob("shards/*/shard.json"))) == 3
+    encoder = SparseEncoder.from_pretrained(model_dir)
+    collection = load_collection(folder)
+    cached = Vectors.load(ranked["cache_dir"])  # shards 0 and 2 from rank 0, shard 1 from rank 1
+    expected = encoder.encode_document(collection.corpus.texts, show_progress=False)
+    assert cached.ids == collection.corpus.ids and abs(cached.matrix - expected).max() < 1e-5
+    alone = evaluate(encoder, collection, cache=False, show_progress=False)
+    assert ranked["per_query"] == alone.per_query

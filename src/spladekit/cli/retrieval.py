@@ -298,7 +298,12 @@ def evaluate(
         10_000, min=1, help="--dry-run: synthetic documents indexed and searched for the measurement."
     ),
 ) -> None:
-    """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time."""
+    """Evaluate a model: nDCG@10 / RR@10 / R@1000 (ir_measures), FLOPS, nnz, encode and search time.
+
+    Under `torchrun --nproc-per-node N -m spladekit evaluate …` every rank encodes its share of each corpus
+    (one GPU per rank) into the shared evaluation cache; rank 0 encodes the queries, searches, scores and
+    reports."""
+    from spladekit.common import distributed
     from spladekit.common.sparse import check_max_active_dims
     from spladekit.evaluation.evaluate import evaluate_data, results_table
     from spladekit.model.loading import load_model
@@ -309,6 +314,8 @@ def evaluate(
     if dry_run:
         from spladekit.evaluation.cost import estimate_evaluation, estimate_table, workloads
 
+        if distributed.launched():
+            raise SpladekitError("--dry-run measures one process: run it without torchrun")
         if output is not None or run_dir is not None:
             raise SpladekitError("--dry-run writes nothing: drop --json-out / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
@@ -332,11 +339,20 @@ def evaluate(
         return
     if output is not None and run_dir is not None and output.absolute() == run_dir.absolute():
         raise SpladekitError(f"{output}: --json-out and --run-dir must differ")
+    processes = distributed.setup(device) if distributed.launched() else None  # torchrun: every rank encodes
+    if processes is not None and not processes.main:
+        from spladekit.evaluation.evaluate import cache_corpora
+
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=str(processes.device), bf16=bf16)
+        cache_corpora(encoder, data, split, data_root, max_length, batch_size, processes)
+        distributed.teardown(processes)
+        return  # rank 0 searches, scores and reports
     with (
         opened(output, folder=False, overwrite=overwrite) as staged,
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
     ):
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+        where = device if processes is None else str(processes.device)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=where, bf16=bf16)
         result = evaluate_data(
             encoder,
             data,
@@ -351,7 +367,10 @@ def evaluate(
             max_active_dims=max_active_dims,
             batch_size=batch_size,
             cache=cache,
+            processes=processes,
         )
         payload = {"model": model, **result.to_dict()}
+    if processes is not None:
+        distributed.teardown(processes)
         write_json(staged, payload)
     emit(payload, as_json, None, results_table(result))

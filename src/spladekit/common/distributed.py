@@ -34,6 +34,11 @@ class Processes:
         return self.rank == 0
 
 
+def launched() -> bool:
+    """Whether ``torchrun`` started this process as one of several (``WORLD_SIZE`` > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def setup(device_name: str | None = "auto") -> Processes:
     """Join the process group that ``torchrun`` describes in the environment, or run alone, on
     ``device_name`` (:func:`spladekit.common.devices.resolve_device`; ``auto``: ``cuda:LOCAL_RANK`` or the CPU)."""

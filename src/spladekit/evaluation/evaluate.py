@@ -40,6 +40,7 @@ import ir_measures
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.common import distributed
 from spladekit.common.atomic import OutputBusy, final_path
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights, nnz_per_row
@@ -53,7 +54,7 @@ from spladekit.evaluation.run import Run
 from spladekit.index import backend_class, build_index
 from spladekit.model.loading import RetrievalModel, model_fingerprint
 from spladekit.vectors.artifact import Vectors
-from spladekit.vectors.encoding import build_plan, write_shards
+from spladekit.vectors.encoding import ShardSelection, build_plan, write_shards
 from spladekit.vectors.shards import DEFAULT_SHARD_SIZE, MANIFEST, finalize, is_sharded, shard_count
 
 logger = logging.getLogger("spladekit")
@@ -110,8 +111,10 @@ def encode_corpus(
     batch_size: int = 32,
     cache: bool = True,
     show_progress: bool = True,
+    processes: distributed.Processes | None = None,
 ) -> tuple[Vectors, dict]:
-    """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache.
+    """Encoded corpus and ``{"encode_docs_seconds", "corpus_cached", "cache_dir"}``; reuses the cache
+    (:func:`cache_corpus`; under ``torchrun``, ``processes``: every rank encodes its share of it).
 
     The cache key covers everything that changes the vectors: the model's weights, the corpus, the
     token limit and the pooling implementation (``fused-bf16`` may differ from ``fused`` in the last bits).
@@ -119,6 +122,10 @@ def encode_corpus(
     (one shard's vectors in memory at a time while encoding; an interrupted evaluation resumes its shards).
     """
     if not cache:
+        if processes is not None and processes.world_size > 1:
+            raise SpladekitError(
+                "evaluating under torchrun shares the corpus through the evaluation cache: drop --no-cache"
+            )
         started = time.perf_counter()
         matrix = encoder.encode_document(
             corpus.texts, batch_size=batch_size, max_length=max_length, show_progress=show_progress, ids=corpus.ids
@@ -130,6 +137,35 @@ def encode_corpus(
             ),
             {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": None},
         )
+    started = time.perf_counter()
+    try:
+        folder, cached = cache_corpus(encoder, corpus, max_length, batch_size, show_progress, processes)
+    except OutputBusy:  # another process is caching the same vectors: encode without the cache
+        if processes is not None and processes.world_size > 1:
+            raise SpladekitError(f"{cache_root()}: another process is caching these vectors; retry later") from None
+        return encode_corpus(encoder, corpus, max_length, batch_size, False, show_progress)
+    if cached is not None:
+        return cached, {
+            "encode_docs_seconds": cached.meta.get("encode_seconds"),
+            "corpus_cached": True,
+            "cache_dir": str(folder),
+        }
+    took = round(time.perf_counter() - started, 3)
+    return Vectors.load(folder), {"encode_docs_seconds": took, "corpus_cached": False, "cache_dir": str(folder)}
+
+
+def cache_corpus(
+    encoder: RetrievalModel,
+    corpus: Corpus,
+    max_length: int,
+    batch_size: int = 32,
+    show_progress: bool = True,
+    processes: distributed.Processes | None = None,
+) -> tuple[Path, Vectors | None]:
+    """Make sure the evaluation cache holds ``corpus``'s vectors; (its folder, the vectors if it already held
+    them, read and checked). Under
+    ``torchrun`` (``processes``) every rank encodes the shards ``j % world_size == rank`` into the one shared
+    entry, then all meet at a barrier and the folder is complete (each rank may finalize it: identical bytes)."""
     model_sha256 = model_fingerprint(encoder)
     corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
     precision = "|bf16" if encoder.bf16 else ""  # appended only when on: earlier cache entries stay valid
@@ -139,32 +175,42 @@ def encode_corpus(
     folder = cache_root() / "vectors" / key
     cached = read_cache_entry(folder, corpus, encoder.vocab_size)
     if cached is not None:
-        return cached, {
-            "encode_docs_seconds": cached.meta.get("encode_seconds"),
-            "corpus_cached": True,
-            "cache_dir": str(folder),
-        }
+        return folder, cached
     plan = build_plan(
         encoder, "", "", corpus_sha256, len(corpus), "document", max_length, None, DEFAULT_SHARD_SIZE, model_sha256
     )
-    started = time.perf_counter()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        write_shards(
-            folder,
-            encoder,
-            zip(corpus.ids, corpus.texts),
-            plan,
-            resume=True,
-            batch_size=batch_size,
-            show_progress=show_progress,
-        )
-        finalize(folder, plan, shard_count(len(corpus), DEFAULT_SHARD_SIZE))
-    except OutputBusy:  # another process is caching the same vectors: encode without the cache
-        return encode_corpus(encoder, corpus, max_length, batch_size, False, show_progress)
-    seconds = round(time.perf_counter() - started, 3)
-    vectors = Vectors.load(folder)
-    return vectors, {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": str(folder)}
+    ranks = processes if processes is not None and processes.world_size > 1 else None
+    folder.mkdir(parents=True, exist_ok=True)
+    write_shards(
+        folder,
+        encoder,
+        zip(corpus.ids, corpus.texts),
+        plan,
+        ShardSelection() if ranks is None else ShardSelection(ranks.rank, ranks.world_size),
+        resume=True,
+        batch_size=batch_size,
+        show_progress=show_progress,
+    )
+    if ranks is not None:
+        distributed.barrier(ranks)
+    finalize(folder, plan, shard_count(len(corpus), DEFAULT_SHARD_SIZE))
+    return folder, None
+
+
+def cache_corpora(
+    encoder: RetrievalModel,
+    data: str | Path,
+    split: str = "test",
+    data_root: str | Path | None = None,
+    max_length: int | None = None,
+    batch_size: int = 32,
+    processes: distributed.Processes | None = None,
+) -> None:
+    """What a ``torchrun`` rank other than 0 does for ``evaluate``: its shards of every collection's corpus, in
+    the order rank 0 evaluates them (:func:`evaluate_data` with the same ``processes``), into the shared cache."""
+    for collection in resolve_collections(data, split, data_root):
+        corpus = reconcile(collection).corpus
+        cache_corpus(encoder, corpus, encoder.side_max_length("document", max_length), batch_size, False, processes)
 
 
 # ----------------------------------------------------------------------------------------- metrics
@@ -212,20 +258,24 @@ def evaluate(
     show_progress: bool = True,
     query_max_length: int | None = None,
     max_active_dims: int | None = None,
+    processes: distributed.Processes | None = None,
 ) -> EvaluationResult:
     """Evaluate ``encoder`` on one collection: metrics (ir_measures names), per-query values, efficiency.
 
     Token limits: ``max_length`` for documents (default: the model's) and, unless ``query_max_length`` is
     given, for queries too, as before the two sides existed (default: the model's query limit).
     ``max_active_dims`` prunes queries and documents to their k largest weights. ``cache=False`` always
-    re-encodes (use it while training: every checkpoint is a new model).
+    re-encodes (use it while training: every checkpoint is a new model). Under ``torchrun`` (``processes``,
+    rank 0; the other ranks run :func:`cache_corpora`) the corpus is encoded by every rank.
     """
     backend_params = backend_class(backend).check_params(backend_params or {})  # before any encoding
     check_max_active_dims(max_active_dims)
     collection = reconcile(collection)
     document_limit = encoder.side_max_length("document", max_length)
     query_limit = encoder.side_max_length("query", query_max_length or max_length)
-    documents, encode_info = encode_corpus(encoder, collection.corpus, document_limit, batch_size, cache, show_progress)
+    documents, encode_info = encode_corpus(
+        encoder, collection.corpus, document_limit, batch_size, cache, show_progress, processes
+    )
     document_matrix = documents.matrix
     if max_active_dims is not None:  # after the cache: it holds the full vectors
         document_matrix = keep_top_weights(document_matrix, max_active_dims)
@@ -347,9 +397,16 @@ def evaluate_resolved(
 ) -> EvaluationResult:
     """``evaluate_one`` on ``data``: a suite's collections (and their mean), or one collection."""
     if str(data) in SUITES:
-        return suite_result(evaluate_one, load_suite(str(data), data_root, split), str(data), run_dir)
+        return suite_result(evaluate_one, resolve_collections(data, split, data_root), str(data), run_dir)
     collection = load_collection(data, split)
     return evaluate_one(collection, run_file(run_dir, collection))
+
+
+def resolve_collections(
+    data: str | Path, split: str = "test", data_root: str | Path | None = None
+) -> Iterable[Collection]:
+    """The collections ``data`` names, in evaluation order: a suite's members (loaded one at a time), or one."""
+    return load_suite(str(data), data_root, split) if str(data) in SUITES else [load_collection(data, split)]
 
 
 # ----------------------------------------------------------------------------------------- display
