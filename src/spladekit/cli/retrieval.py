@@ -370,7 +370,7 @@ def evaluate(
             processes=processes,
         )
         payload = {"model": model, **result.to_dict()}
+        write_json(staged, payload)
     if processes is not None:
         distributed.teardown(processes)
-        write_json(staged, payload)
     emit(payload, as_json, None, results_table(result))
