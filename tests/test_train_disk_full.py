@@ -112,3 +112,44 @@ def test_a_real_full_disk_during_encoding(tiny_model_dirs, tmp_path, cli):
         assert finished.ids == expected.ids and (finished.matrix != expected.matrix).nnz == 0
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_out_of_memory_during_training_is_one_line_and_resume_finishes(tiny_bert, triplets_file, tmp_path, monkeypatch):
+    import spladekit.train.loop as loop
+
+    config = _config(tiny_bert, triplets_file)
+    real = loop.forward_backward
+    calls = []
+
+    def out_of_memory_at_step_5(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "forward_backward", out_of_memory_at_step_5)
+    with pytest.raises(TrainingStopped) as stopped:
+        train(config, tmp_path / "run")
+    message = str(stopped.value)
+    assert message.startswith("out of memory at step 5 (CUDA out of memory. Tried to allocate 2.00 GiB)")
+    assert "step-00000004" in message and "--resume" in message and "\n" not in message
+    monkeypatch.setattr(loop, "forward_backward", real)
+    train(config, tmp_path / "run", resume=True)
+    assert len(_losses(tmp_path / "run")) == 8
+
+
+def test_out_of_memory_in_any_command_is_one_error_line(tiny_model_dirs, tmp_path, cli, monkeypatch):
+    from spladekit import SparseEncoder
+
+    def no_memory(self, batch):
+        raise MemoryError
+
+    monkeypatch.setattr(SparseEncoder, "forward", no_memory)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "d1", "text": "a cat"}) + "\n")
+    done = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / "out")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("error: ")] == [
+        "error: out of memory (MemoryError): lower --batch-size (or the token limit)"
+    ]
+    assert not (tmp_path / "out").exists()  # the folder encode created is removed with its staging

@@ -13,6 +13,7 @@ from typing import Any, TextIO, cast, overload
 import typer
 
 from spladekit.common.errors import SpladekitError
+from spladekit.common.lines import error_reason
 
 app = typer.Typer(
     name="spladekit",
@@ -99,6 +100,11 @@ def main() -> None:
         app()
     except SpladekitError as error:
         _error_line(f"error: {error}", stderr)
+        sys.exit(2)
+    except (MemoryError, RuntimeError) as error:  # the host's memory, or torch.OutOfMemoryError (a RuntimeError)
+        if not isinstance(error, MemoryError) and type(error).__name__ != "OutOfMemoryError":
+            raise
+        _error_line(f"error: out of memory ({error_reason(error)}): lower --batch-size (or the token limit)", stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         _error_line("interrupted", stderr)

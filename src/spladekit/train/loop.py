@@ -215,6 +215,7 @@ def _train(
 ) -> TrainedRun:
     run = start(config, output, resume, overwrite, processes, place)
     opt, settings, device = run.config.optimization, StepSettings.of(run.config), processes.device
+    step = run.start
     try:
         for step in range(run.start + 1, opt.steps + 1):
             began = time.perf_counter()
@@ -228,6 +229,12 @@ def _train(
             log_step(run, step, result, lambdas, grad_norm, lr)
             periodic_work(run, step)
         finish(run)
+    except (torch.OutOfMemoryError, MemoryError) as error:  # a CUDA allocation, or the host's
+        raise TrainingStopped(
+            f"out of memory at step {step} ({error_reason(error)}); nothing of this step was saved. "
+            f"{_last_good(output)}; lower optimization.batch_size (optimization.accumulation keeps the batch, "
+            "exact) or data.*_max_length and rerun with --resume"
+        ) from None
     finally:
         run.close()
     distributed.barrier(processes)

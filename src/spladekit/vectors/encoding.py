@@ -299,11 +299,11 @@ def encode_to_shards(
                 show_progress,
                 bf16=bf16,
             )
-        except SpladekitError as error:
+        except BaseException as error:  # ours, out of memory, an interrupt: what is complete stays, nothing else
             sealed = sealed_sidecars(output)
             if created and not several and not sealed:  # nothing complete: leave nothing behind
                 shutil.rmtree(output, ignore_errors=True)
-            elif sealed:
+            elif sealed and isinstance(error, SpladekitError):
                 raise SpladekitError(
                     f"{error} ({len(sealed)} complete shard(s) kept in {output}: fix the cause and rerun with --resume)"
                 ) from None
