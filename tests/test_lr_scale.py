@@ -31,10 +31,6 @@ QUERIES = ["the cat sat", "a dog ran in the park", "an apple of the tree", "is t
 DOCS = ["the cat sat on the mat", "dogs run in parks", "apples grow on trees", "the sun is a hot star"]
 
 
-def _transform_norm(model: nn.Module) -> nn.LayerNorm:
-    return [m for name, m in model.named_modules() if isinstance(m, nn.LayerNorm) and "predictions" in name][-1]
-
-
 def _losses(encoder: SparseEncoder, groups: list[dict], lr: float, steps: int = 6) -> list[float]:
     optimizer = torch.optim.AdamW(groups, lr=lr)
     queries, docs = encoder.tokenize(QUERIES, 16), encoder.tokenize(DOCS, 16)
@@ -69,7 +65,8 @@ def settings() -> OptimizationConfig:
 def test_lr_scale_follows_the_original_trajectory(tiny_model_dirs, settings):
     reference, inflated = _pair(tiny_model_dirs["bert"])
     expected = _losses(reference, parameter_groups(reference, settings), settings.lr)
-    norm = _transform_norm(inflated.model)
+    norm = MLMHead.of(inflated.model).transform_norm
+    assert norm is not None and norm is inflated.model.cls.predictions.transform.LayerNorm
     factors = step_factors(inflated.model, RescaleRecord(K, "untie")) | {norm.weight: K, norm.bias: K}
     scaled = _losses(inflated, parameter_groups(inflated, settings, factors=factors), settings.lr)
     _, fresh = _pair(tiny_model_dirs["bert"])

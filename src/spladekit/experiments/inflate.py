@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from spladekit.common.errors import SpladekitError
+from spladekit.model.backbone import MLMHead
 from spladekit.model.head import RESCALE_MODES, divide_head, parse_k
 
 if TYPE_CHECKING:
@@ -38,16 +39,11 @@ def inflate(model: PreTrainedModel, factor: float, target: str = "tied") -> PreT
     if target in RESCALE_MODES:
         return divide_head(model, 1.0 / factor, mode=target)
     if target == "transform":
-        prefix = f"{model.base_model_prefix}."
-        norms = [
-            module
-            for name, module in model.named_modules()
-            if isinstance(module, nn.LayerNorm) and not name.startswith(prefix)
-        ]
-        if not norms:
+        norm = MLMHead.of(model).transform_norm
+        if norm is None:
             raise SpladekitError("no MLM-transform LayerNorm (outside the encoder) to inflate in this model")
         with torch.no_grad():
-            for parameter in (norms[-1].weight, norms[-1].bias):
+            for parameter in (norm.weight, norm.bias):
                 if parameter is not None:
                     parameter.mul_(factor)
         return model

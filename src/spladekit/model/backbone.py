@@ -260,6 +260,18 @@ class MLMHead:
         inputs, out = self.input_embeddings.weight, self.weight
         return inputs is out or inputs.data_ptr() == out.data_ptr()
 
+    @property
+    def transform_norm(self) -> nn.LayerNorm | None:
+        """The LayerNorm that ends the MLM transform (the last one outside the encoder, ``base_model_prefix``):
+        its gain and shift scale every logit's ``h · W_v`` term; None for a head without one."""
+        prefix = f"{self.model.base_model_prefix}."
+        norms = [
+            module
+            for name, module in self.model.named_modules()
+            if isinstance(module, nn.LayerNorm) and not name.startswith(prefix)
+        ]
+        return norms[-1] if norms else None
+
 
 @contextlib.contextmanager
 def projection_bypassed(model: PreTrainedModel) -> Iterator[nn.Linear]:
