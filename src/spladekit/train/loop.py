@@ -232,8 +232,8 @@ def _train(
     except (torch.OutOfMemoryError, MemoryError) as error:  # a CUDA allocation, or the host's
         raise TrainingStopped(
             f"out of memory at step {step} ({error_reason(error)}); nothing of this step was saved. "
-            f"{_last_good(output)}; lower optimization.batch_size (optimization.accumulation keeps the batch, "
-            "exact) or data.*_max_length and rerun with --resume"
+            f"{_last_good(output)}: rerun with --resume once memory is free, or start again (--overwrite) with "
+            "more optimization.accumulation (the same batch, exactly) or a smaller data.*_max_length"
         ) from None
     finally:
         run.close()
