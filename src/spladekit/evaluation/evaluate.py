@@ -163,9 +163,9 @@ def cache_corpus(
     processes: distributed.Processes | None = None,
 ) -> tuple[Path, Vectors | None]:
     """Make sure the evaluation cache holds ``corpus``'s vectors; (its folder, the vectors if it already held
-    them, read and checked). Under
-    ``torchrun`` (``processes``) every rank encodes the shards ``j % world_size == rank`` into the one shared
-    entry, then all meet at a barrier and the folder is complete (each rank may finalize it: identical bytes)."""
+    them, read and checked). Under ``torchrun`` (``processes``) every rank encodes the shards
+    ``j % world_size == rank`` into the one shared entry, then all meet at a barrier and the folder is complete
+    (each rank may finalize it: identical bytes)."""
     model_sha256 = model_fingerprint(encoder)
     corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
     precision = "|bf16" if encoder.bf16 else ""  # appended only when on: earlier cache entries stay valid

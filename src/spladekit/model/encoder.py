@@ -159,7 +159,7 @@ class SparseEncoder(nn.Module):
     def __init__(
         self,
         backbone: Backbone,
-        max_length: int = DEFAULT_MAX_LENGTH,
+        max_length: int | None = None,
         pooling: str = "fused",
         query_max_length: int | None = None,
         bf16: bool = False,
@@ -175,7 +175,9 @@ class SparseEncoder(nn.Module):
         self.fresh_keys = list(backbone.fresh_keys)
         self.positions = position_limit(self.model)
         self._clamped: set[int] = set()  # token limits already warned about (one warning per value)
-        self.max_length = self.token_limit(max_length)
+        # None: spladekit's default, not the user's choice, so no warning on a backbone with fewer positions
+        default = min(DEFAULT_MAX_LENGTH, self.positions or DEFAULT_MAX_LENGTH)
+        self.max_length = default if max_length is None else self.token_limit(max_length)
         self.query_max_length = None if query_max_length is None else self.token_limit(query_max_length)
         accepted = inspect.signature(self.model.forward).parameters
         self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
@@ -205,9 +207,7 @@ class SparseEncoder(nn.Module):
         backbone = load_backbone(path_or_id, trust_remote_code=trust_remote_code, device=device)
         metadata = read_metadata(Path(backbone.source))
         check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
-        # spladekit's default, not the user's choice: no warning when the backbone has fewer positions
-        default = min(DEFAULT_MAX_LENGTH, position_limit(backbone.model) or DEFAULT_MAX_LENGTH)
-        max_length = max_length or metadata.get("max_length") or backbone.settings.get("max_length") or default
+        max_length = max_length or metadata.get("max_length") or backbone.settings.get("max_length")
         encoder = cls(
             backbone,
             max_length=max_length,
