@@ -60,6 +60,19 @@ def _no_temporary_state_left(tmp_path_factory):
     assert not left, f"temporary state left behind by the suite: {left}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_of_the_suite(tmp_path_factory):
+    """spladekit's cache (training-data stores, encoded corpora) in a folder of the suite, never ~/.cache; a test
+    that needs its own sets SPLADEKIT_CACHE itself."""
+    saved = os.environ.get("SPLADEKIT_CACHE")
+    os.environ["SPLADEKIT_CACHE"] = str(tmp_path_factory.mktemp("spladekit-cache"))
+    yield
+    if saved is None:
+        del os.environ["SPLADEKIT_CACHE"]
+    else:
+        os.environ["SPLADEKIT_CACHE"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _quiet_transformers():
     logging.getLogger("transformers").setLevel(logging.ERROR)

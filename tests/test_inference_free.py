@@ -162,9 +162,9 @@ def test_training_changes_the_table_and_the_document_encoder(tiny_bert, triplets
     backbone = SparseEncoder.from_pretrained(tiny_bert)
     from spladekit.data.training import load_training_set
 
-    initial = idf_weights(
-        backbone.tokenizer, load_training_set(config.data).document_texts(), backbone.vocab_size, show_progress=False
-    )
+    training_set = load_training_set(config.data)
+    documents = training_set.document_texts(training_set.document_rows())
+    initial = idf_weights(backbone.tokenizer, documents, backbone.vocab_size, show_progress=False)
     table = trained.query_weights.detach()
     if frozen:
         torch.testing.assert_close(table, initial)

@@ -99,7 +99,7 @@ def test_texts_with_tabs_and_line_breaks_stay_one_tsv_field(collection, tmp_path
     assert all(len(fields) == 3 for fields in triplet_lines(out))
     assert "Title with tab alpha lambda mu nu" in out.read_text()
     training = load_training_set(DataConfig(path=str(out)))
-    assert {(group.query, group.positive) for group in training.groups} == {
+    assert {(group.query, group.positive) for group in training.groups()} == {
         (QUERIES["q1"], "alpha beta gamma delta"),
         (QUERIES["q2"], "tau upsilon phi chi"),
     }
@@ -147,11 +147,13 @@ def test_hard_negatives_layout_is_what_train_reads(collection, tmp_path):
         collection=str(out / CORPUS_FILE),
     )
     training = load_training_set(data)
-    assert {(group.query, group.positive, group.negatives) for group in training.groups} == {
+    assert {(group.query, group.positive, group.negatives) for group in training.groups()} == {
         ("q1", "p1", tuple(first["neg"]["bm25"])),
         ("q2", "p2", ("x2",)),
     }
-    assert training.documents["n5"] == "Title\twith tab alpha lambda mu\nnu"  # JSONL keeps texts as they are
+    documents = training.store.documents
+    texts = {documents.id(row): documents.text(row) for row in range(len(documents))}
+    assert texts["n5"] == "Title\twith tab alpha lambda mu\nnu"  # JSONL keeps texts as they are
     assert summary["train_settings"][0] == "data.format=hard_negatives"
 
 

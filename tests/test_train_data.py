@@ -5,12 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spladekit.common.errors import InputError
 from spladekit.data import read_triplets
-from spladekit.data.teacher import read_ce_scores, read_teacher_jsonl
-from spladekit.data.training import DataConfig, load_training_set, merge_groups
+from spladekit.data.teacher import iter_ce_scores, iter_teacher_jsonl
+from spladekit.data.training import DataConfig, load_training_set
+from spladekit.data.training_store import merge_pairs
 
 
 def write(path, text):
@@ -53,9 +57,36 @@ def test_header_and_columns_for_id_triplets_with_extra_columns(tmp_path):
     ]
 
 
+def _merged_by_python(rows):
+    """The merge rule written out in Python (the oracle for merge_pairs): groups by (query, positive) in order of
+    first appearance, negatives in order of first appearance without repeats, groups without negatives dropped."""
+    merged = {}
+    for query, positive, negative in rows:
+        negatives = merged.setdefault((query, positive), {})
+        if negative >= 0:
+            negatives[negative] = None
+    return [(q, p, tuple(n)) for (q, p), n in merged.items() if n]
+
+
+def _merged_by_numpy(rows):
+    query, positive, negative = (np.array(column, dtype=np.int64) for column in zip(*rows))
+    groups = merge_pairs(query, positive, negative)
+    return [
+        (int(q), int(p), tuple(int(n) for n in groups.negatives[groups.offsets[g] : groups.offsets[g + 1]]))
+        for g, (q, p) in enumerate(zip(groups.query, groups.positive))
+    ]
+
+
 def test_rows_sharing_query_and_positive_become_one_group_with_several_negatives():
-    groups = merge_groups([("a", "1", ("2",)), ("b", "1", ("4",)), ("a", "1", ("3", "2"))])
-    assert [(g.query, g.positive, g.negatives) for g in groups] == [("a", "1", ("2", "3")), ("b", "1", ("4",))]
+    rows = [(0, 1, 2), (1, 1, 4), (0, 1, 3), (0, 1, 2)]
+    assert _merged_by_numpy(rows) == [(0, 1, (2, 3)), (1, 1, (4,))] == _merged_by_python(rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(-1, 6)), min_size=1, max_size=40))
+def test_the_numpy_merge_is_the_python_merge(rows):
+    """Random rows (negative -1: a row without negatives, which places its group) merge as the rule says."""
+    assert _merged_by_numpy(rows) == _merged_by_python(rows)
 
 
 def test_id_triplets_resolve_texts(tmp_path, id_files):
@@ -117,14 +148,14 @@ def test_teacher_jsonl_errors_name_the_line(tmp_path):
         json.dumps({"qid": 1, "pid": 2, "score": 1}) + "\n" + json.dumps({"qid": 1, "pid": 3}) + "\n",
     )
     with pytest.raises(InputError, match=r"t.jsonl:2: expected an object"):
-        read_teacher_jsonl(path)
+        list(iter_teacher_jsonl(path))
 
 
 def test_ce_scores_json_gz(tmp_path):
     path = tmp_path / "scores.json.gz"
     with gzip.open(path, "wt") as stream:
         json.dump({"7": {"1": 2.5, "2": -1}}, stream)
-    assert read_ce_scores(path) == {("7", "1"): 2.5, ("7", "2"): -1.0}
+    assert list(iter_ce_scores(path)) == [("7", "1", 2.5, None), ("7", "2", -1.0, None)]
 
 
 def test_sentence_transformers_hard_negatives_layout(tmp_path, id_files):
@@ -145,14 +176,14 @@ def test_sentence_transformers_hard_negatives_layout(tmp_path, id_files):
     )
     training = load_training_set(data)
     # the positive is never its own negative; a query without negatives is left out
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [("a", "1", ("2", "3"))]
+    assert [(g.query, g.positive, g.negatives) for g in training.groups()] == [("a", "1", ("2", "3"))]
 
 
 def test_hf_datasets_from_a_local_file(tmp_path):
     rows = [{"query": "q1", "positive": "p1", "negative": "n1"}, {"query": "q2", "positive": "p2", "negative": "n2"}]
     path = write(tmp_path / "train.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     training = load_training_set(DataConfig(format="hf", path=str(path)))
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+    assert [(g.query, g.positive, g.negatives) for g in training.groups()] == [
         ("q1", "p1", ("n1",)),
         ("q2", "p2", ("n2",)),
     ]
@@ -212,7 +243,7 @@ def test_hf_folder_in_the_sentence_transformers_triplet_layout_is_streamed_up_to
     }
     Dataset.from_dict(rows).to_parquet(str(tmp_path / "st" / "train-00000-of-00001.parquet"))
     training = load_training_set(DataConfig(format="hf", path=str(tmp_path / "st"), limit=2))
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+    assert [(g.query, g.positive, g.negatives) for g in training.groups()] == [
         ("q1", "p1", ("a", "d")),
         ("q2", "p2", ("b", "e")),
     ]
@@ -220,7 +251,7 @@ def test_hf_folder_in_the_sentence_transformers_triplet_layout_is_streamed_up_to
 
 def test_ir_datasets_doc_pairs_are_streamed_and_read_only_up_to_the_limit(monkeypatch):
     """ir_datasets ``docpairs_iter`` (msmarco-passage/train/triples-small: 39.8M pairs) is consumed lazily: with
-    data.limit = 3 no pair after the third is read, and documents come from the docstore on demand."""
+    data.limit = 3 no pair after the third is read; the documents are read from ``docs_iter`` into the store."""
     import types
 
     ir_datasets = pytest.importorskip("ir_datasets")
@@ -231,21 +262,19 @@ def test_ir_datasets_doc_pairs_are_streamed_and_read_only_up_to_the_limit(monkey
             read.append(number)
             yield types.SimpleNamespace(query_id=f"q{number % 2}", doc_id_a=f"p{number % 2}", doc_id_b=f"n{number}")
 
-    class Store:
-        def get(self, doc_id):
-            return types.SimpleNamespace(text=f"text of {doc_id}")
-
+    documents = [types.SimpleNamespace(doc_id=d, text=f"text of {d}") for d in ("p0", "p1", "n1", "n2", "n3", "n4")]
     dataset = types.SimpleNamespace(
         has_docpairs=lambda: True,
         docpairs_iter=pairs,
-        docs_store=Store,
+        docs_iter=lambda: iter(documents),
         queries_iter=lambda: iter([types.SimpleNamespace(query_id=q, text=f"query {q}") for q in ("q0", "q1")]),
     )
     monkeypatch.setattr(ir_datasets, "load", lambda dataset_id: dataset)
     training = load_training_set(DataConfig(format="ir_datasets", path="msmarco-passage/train/triples-small", limit=3))
     assert read == [1, 2, 3]
-    assert [(g.query, g.positive, g.negatives) for g in training.groups] == [
+    assert [(g.query, g.positive, g.negatives) for g in training.groups()] == [
         ("q1", "p1", ("n1", "n3")),
         ("q0", "p0", ("n2",)),
     ]
-    assert training.documents["n3"] == "text of n3" and training.queries["q0"] == "query q0"
+    example = training.example(1, negatives=1, seed=0)
+    assert example.query.startswith("query q") and example.positive.startswith("text of p")

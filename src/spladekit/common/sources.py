@@ -31,6 +31,12 @@ SHARED_FOLDER = "shared"
 Library = Literal["hub", "ir_datasets"]
 
 
+def cache_root() -> Path:
+    """Where spladekit keeps derived data (encoded evaluation corpora, training-data stores): ``$SPLADEKIT_CACHE``,
+    default ``~/.cache/spladekit``."""
+    return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
+
+
 def is_local(spec: str | Path) -> bool:
     """True for an existing path or one written as a path; False for what can only be a remote id."""
     text = str(spec)

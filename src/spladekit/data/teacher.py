@@ -1,4 +1,4 @@
-"""Teacher scores for distillation: ``{(query_id, doc_id): score}``.
+"""Teacher scores for distillation: ``(query_id, doc_id, score)`` records, read lazily.
 
 Two layouts are read (plain or ``.gz``), strictly, with ``file:line`` errors:
 
@@ -8,63 +8,65 @@ Two layouts are read (plain or ``.gz``), strictly, with ``file:line`` errors:
   original is distributed as a pickle, which spladekit never loads (a pickle can run arbitrary code);
   convert it once with ``python -c "import gzip,json,pickle,sys; json.dump(pickle.load(gzip.open(sys.argv[1])),
   open(sys.argv[2],'w'))" scores.pkl.gz scores.json`` if you trust the file.
+
+A (qid, pid) pair given twice is an error found where the scores are matched to the training groups
+(:mod:`spladekit.data.training_store`), which keeps none of these records in Python objects.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from spladekit.common.errors import InputError
 from spladekit.common.lines import check_id, json_records, numbered_lines
 
-TeacherScores = dict[tuple[str, str], float]
+TeacherRecord = tuple[str, str, float, int | None]  # (qid, pid, score, line)
 
 
-def _score(value: object, path: Path, number: int) -> float:
+def _score(value: object, path: Path, number: int | None, what: str = "score") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"score must be a finite number, got {value!r}", path, number)
+        raise InputError(f"{what} must be a finite number, got {value!r}", path, number)
     return float(value)
 
 
-def read_teacher_jsonl(path: str | Path) -> TeacherScores:
-    """``{"qid", "pid", "score"}`` lines; a repeated (qid, pid) pair is an error."""
+def iter_teacher_jsonl(path: str | Path) -> Iterator[TeacherRecord]:
+    """``{"qid", "pid", "score"}`` lines, one at a time."""
     path = Path(path)
-    scores: TeacherScores = {}
+    count = 0
     for number, record in json_records(numbered_lines(path), path):
         if not isinstance(record, dict) or not {"qid", "pid", "score"} <= record.keys():
             raise InputError('expected an object with "qid", "pid" and "score"', path, number)
-        key = (check_id(record["qid"], "qid", path, number), check_id(record["pid"], "pid", path, number))
-        if key in scores:
-            raise InputError(f"duplicate teacher score for qid {key[0]!r}, pid {key[1]!r}", path, number)
-        scores[key] = _score(record["score"], path, number)
-    if not scores:
+        qid, pid = check_id(record["qid"], "qid", path, number), check_id(record["pid"], "pid", path, number)
+        count += 1
+        yield qid, pid, _score(record["score"], path, number), number
+    if not count:
         raise InputError("no teacher scores in file", path)
-    return scores
 
 
-def read_ce_scores(path: str | Path) -> TeacherScores:
-    """One JSON object ``{qid: {pid: score}}`` (the sentence-transformers cross-encoder scores)."""
+def iter_ce_scores(path: str | Path) -> Iterator[TeacherRecord]:
+    """One JSON object ``{qid: {pid: score}}`` (the sentence-transformers cross-encoder scores); the object is
+    parsed whole (JSON has no streaming form of it), its records are yielded one at a time."""
     path = Path(path)
     text = "".join(line for _, line in numbered_lines(path))
     try:
         nested = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error.msg})", path, error.lineno) from None
+    del text
     if not isinstance(nested, dict):
         raise InputError("expected one JSON object {qid: {pid: score}}", path)
-    scores: TeacherScores = {}
+    count = 0
     for qid, by_doc in nested.items():
         if not isinstance(by_doc, dict):
             raise InputError(f"qid {qid!r}: expected an object {{pid: score}}", path)
         for pid, score in by_doc.items():
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                raise InputError(f"qid {qid!r}, pid {pid!r}: score must be a finite number, got {score!r}", path)
-            scores[(str(qid), str(pid))] = float(score)
-    if not scores:
+            count += 1
+            yield str(qid), str(pid), _score(score, path, None, f"qid {qid!r}, pid {pid!r}: score"), None
+    if not count:
         raise InputError("no teacher scores in file", path)
-    return scores
 
 
-READERS = {"jsonl": read_teacher_jsonl, "ce_scores": read_ce_scores}
+READERS = {"jsonl": iter_teacher_jsonl, "ce_scores": iter_ce_scores}

@@ -15,6 +15,14 @@
 Lines that share a (query, positive) are merged, so several rows with one negative each give one
 query with several hard negatives. Teacher scores (``data.teacher``) are matched by (qid, pid).
 
+The data is read once into a store of memory-mapped Arrow tables and arrays
+(:mod:`spladekit.data.training_store`) under ``$SPLADEKIT_CACHE/training/KEY`` (default
+``~/.cache/spladekit``), which every training process then opens read-only: the operating system's page cache
+holds one copy for all ranks, and a process's own memory does not grow with the collection. KEY covers the
+settings that change the groups and each input file's identity (absolute path, size, modification time — how
+``datasets`` keys local files); a remote dataset (``hf`` hub name, ``ir_datasets`` id) is keyed by its name.
+The first process builds the store under a lock; the others wait for it.
+
 Sampling is a pure function of (seed, example index): example i of the run is group
 ``perm_e[i mod N]`` with ``e = i // N`` and ``perm_e`` a seeded permutation, and its K negatives are a
 seeded draw from the group's. So the data position of a run is just its step: resuming needs no
@@ -24,22 +32,29 @@ iterator state, and every process of a distributed run knows the whole batch.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, cast
 
 import numpy as np
 
+from spladekit.common.atomic import OutputBusy, open_output
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import check_id, numbered_lines
 from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
-from spladekit.common.sources import Library, fetching
-from spladekit.data.jsonl import read_corpus
-from spladekit.data.teacher import READERS, TeacherScores
-from spladekit.data.triplets import read_triplets
+from spladekit.common.sources import Library, cache_root, fetching, is_local
+from spladekit.data.jsonl import checked_record
+from spladekit.data.teacher import READERS
+from spladekit.data.training_store import STORE_VERSION, Source, Store, build_store, open_store
+from spladekit.data.triplets import iter_triplets
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -63,12 +78,12 @@ class DataConfig:
     doc_max_length: int = allowed(128, minimum=MIN_TOKEN_LIMIT)
 
 
-_Row = tuple[str, str, tuple[str, ...]]  # (query, positive, negatives) before merging
+SAMPLING_ONLY = ("negatives", "query_max_length", "doc_max_length")  # DataConfig fields the store does not depend on
 
 
 @dataclass(frozen=True)
 class Group:
-    """One query, one positive and its pool of hard negatives, as keys into the text mappings."""
+    """One query, one positive and its pool of hard negatives, by id (for a text source, the ids are the texts)."""
 
     query: str
     positive: str
@@ -83,73 +98,94 @@ class Example:
     teacher: tuple[float, ...] | None  # teacher scores of (positive, negatives…)
 
 
-class TextLookup(Protocol):
-    """Key → text: a dict, or one of the lookups below."""
-
-    def __getitem__(self, key: str) -> str: ...
-
-
-class _SameText:
-    """Key → text when the keys are the texts themselves (text triplets, HF rows)."""
-
-    def __getitem__(self, key: str) -> str:
-        return key
-
-
 @dataclass
 class TrainingSet:
-    groups: list[Group]
-    queries: TextLookup
-    documents: TextLookup
-    teacher: TeacherScores | None = None
+    """The groups of a store, sampled by (seed, example index); texts are read from the memory-mapped tables."""
+
+    store: Store
     source: str = ""
     _permutation: tuple = field(default=(None, None, None), repr=False)  # (seed, epoch, order) of the last epoch
 
     def __len__(self) -> int:
-        return len(self.groups)
+        return len(self.store.groups.query)
 
     def _order(self, seed: int, epoch: int) -> np.ndarray:
         if self._permutation[:2] != (seed, epoch):
-            self._permutation = (seed, epoch, np.random.default_rng([seed, epoch]).permutation(len(self.groups)))
+            self._permutation = (seed, epoch, np.random.default_rng([seed, epoch]).permutation(len(self)))
         return self._permutation[2]
 
     def example(self, index: int, negatives: int, seed: int) -> Example:
         """Example ``index`` (0-based, counted over the whole run) with ``negatives`` hard negatives."""
-        epoch, position = divmod(index, len(self.groups))
-        group = self.groups[int(self._order(seed, epoch)[position])]
+        epoch, position = divmod(index, len(self))
+        groups, documents = self.store.groups, self.store.documents
+        g = int(self._order(seed, epoch)[position])
+        start, end = int(groups.offsets[g]), int(groups.offsets[g + 1])
         rng = np.random.default_rng([seed, epoch, position, 1])
-        pool = group.negatives
-        picks = rng.choice(len(pool), size=negatives, replace=len(pool) < negatives)
-        chosen = tuple(pool[int(i)] for i in picks)
+        picks = rng.choice(end - start, size=negatives, replace=end - start < negatives)
         teacher = None
-        if self.teacher is not None:
-            teacher = tuple(self.teacher[(group.query, doc)] for doc in (group.positive,) + chosen)
+        if self.store.teacher is not None:
+            positive_scores, negative_scores = self.store.teacher
+            teacher = (float(positive_scores[g]), *(float(negative_scores[start + int(i)]) for i in picks))
         return Example(
-            self.queries[group.query],
-            self.documents[group.positive],
-            tuple(self.documents[doc] for doc in chosen),
+            self.store.queries.text(int(groups.query[g])),
+            documents.text(int(groups.positive[g])),
+            tuple(documents.text(int(groups.negatives[start + int(i)])) for i in picks),
             teacher,
         )
-
-    def document_texts(self) -> list[str]:
-        """Every distinct document of the training set (positives and negatives), first occurrence first."""
-        keys = dict.fromkeys(key for group in self.groups for key in (group.positive, *group.negatives))
-        return [self.documents[key] for key in keys]
 
     def batch(self, step: int, batch_size: int, negatives: int, seed: int) -> list[Example]:
         """The ``batch_size`` examples of optimizer step ``step`` (1-based)."""
         start = (step - 1) * batch_size
         return [self.example(start + i, negatives, seed) for i in range(batch_size)]
 
+    def groups(self) -> Iterator[Group]:
+        """Every group by id, in order (for inspection: one Python object a group)."""
+        groups, queries, documents = self.store.groups, self.store.queries, self.store.documents
+        for g in range(len(self)):
+            pool = groups.negatives[groups.offsets[g] : groups.offsets[g + 1]]
+            yield Group(
+                queries.id(int(groups.query[g])),
+                documents.id(int(groups.positive[g])),
+                tuple(documents.id(int(row)) for row in pool),
+            )
+
+    def pairs(self, count: int) -> list[tuple[str, str]]:
+        """The first ``count`` (query, positive) text pairs (auto-k and step-0 checks)."""
+        groups = self.store.groups
+        return [
+            (self.store.queries.text(int(groups.query[g])), self.store.documents.text(int(groups.positive[g])))
+            for g in range(min(count, len(self)))
+        ]
+
+    def document_rows(self) -> np.ndarray:
+        """The row of every distinct document of the groups (positives and negatives), first occurrence first."""
+        groups = self.store.groups
+        counts = np.diff(groups.offsets)
+        flat = np.empty(len(self) + len(groups.negatives), dtype=np.int64)
+        flat[groups.offsets[:-1] + np.arange(len(self))] = groups.positive
+        flat[np.arange(len(groups.negatives)) + np.repeat(np.arange(len(self)), counts) + 1] = groups.negatives
+        _, first = np.unique(flat, return_index=True)
+        return flat[np.sort(first)]
+
+    def document_texts(self, rows: np.ndarray) -> Iterator[str]:
+        """The texts of ``rows``, read one at a time."""
+        for row in rows:
+            yield self.store.documents.text(int(row))
+
 
 # ----------------------------------------------------------------------------------------- readers
-def read_id_texts(path: str | Path) -> dict[str, str]:
-    """``{id: text}`` from a BEIR JSONL file (``.jsonl``) or an ``id<TAB>text`` TSV (MS MARCO)."""
+def iter_id_texts(path: str | Path) -> Iterator[tuple[str, str, int]]:
+    """``(id, text, line)`` from a BEIR JSONL file (``.jsonl``) or an ``id<TAB>text`` TSV (MS MARCO), read
+    lazily and checked line by line (duplicates are the store's to find)."""
     path = Path(path)
+    if not path.is_file():
+        raise InputError("no such file", path)
     if path.suffix == ".jsonl":
-        corpus = read_corpus(path)
-        return dict(zip(corpus.ids, corpus.texts))
-    texts: dict[str, str] = {}
+        from spladekit.common.lines import json_records
+
+        for number, record in json_records(numbered_lines(path), path):
+            yield (*checked_record(number, record, path), number)
+        return
     for number, line in numbered_lines(path):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -157,53 +193,29 @@ def read_id_texts(path: str | Path) -> dict[str, str]:
         key, separator, text = line.partition("\t")
         if not separator or not key or not text.strip():
             raise InputError("expected id<TAB>text with a non-empty id and text", path, number)
-        check_id(key, "id", path, number)
-        if key in texts:
-            raise InputError(f"duplicate id {key!r}", path, number)
-        texts[key] = text
-    if not texts:
-        raise InputError("no texts in file", path)
-    return texts
+        yield check_id(key, "id", path, number), text, number
 
 
-def merge_groups(rows: Iterable[_Row]) -> list[Group]:
-    """Merge rows sharing (query, positive); negatives keep first-seen order without repeats. ``rows`` may be a
-    stream: only the merged groups are held, never the rows."""
-    merged: dict[tuple[str, str], dict[str, None]] = {}
-    for query, positive, negatives in rows:
-        merged.setdefault((query, positive), {}).update(dict.fromkeys(negatives))
-    return [Group(query, positive, tuple(negatives)) for (query, positive), negatives in merged.items() if negatives]
+def _triplet_rows(data: DataConfig) -> Iterator[tuple[str, str, tuple[str, ...], int]]:
+    for t in iter_triplets(data.path, limit=data.limit, header=data.header, columns=data.columns):
+        yield t.query, t.positive, t.negatives, t.line
 
 
-def _text_triplets(data: DataConfig) -> TrainingSet:
-    triplets = read_triplets(data.path, limit=data.limit, header=data.header, columns=data.columns)
-    groups = merge_groups([(t.query, t.positive, t.negatives) for t in triplets])
-    return TrainingSet(groups, _SameText(), _SameText(), source=data.path)
+def _text_triplets(data: DataConfig) -> Source:
+    return Source(_triplet_rows(data), data.path)
 
 
-def _check_known(
-    key: str, known: Mapping[str, str], what: str, path: str | Path, line: int | None, where: str | Path | None = None
-) -> None:
-    if key not in known:
-        raise InputError(f"unknown {what} id {key!r}" + (f" (not in {where})" if where else ""), path, line)
+def _with_collection(data: DataConfig, rows: Iterator) -> Source:
+    # validate() requires data.queries and data.collection with these formats
+    queries, collection = cast(str, data.queries), cast(str, data.collection)
+    return Source(rows, data.path, iter_id_texts(queries), queries, iter_id_texts(collection), collection)
 
 
-def _id_triplets(data: DataConfig) -> TrainingSet:
-    # validate() requires data.queries and data.collection with this format
-    queries, documents = read_id_texts(cast(str, data.queries)), read_id_texts(cast(str, data.collection))
-    triplets = read_triplets(data.path, limit=data.limit, header=data.header, columns=data.columns)
-    for t in triplets:
-        _check_known(t.query, queries, "query", data.path, t.line, data.queries)
-        for doc in (t.positive,) + t.negatives:
-            _check_known(doc, documents, "document", data.path, t.line, data.collection)
-    groups = merge_groups([(t.query, t.positive, t.negatives) for t in triplets])
-    return TrainingSet(groups, queries, documents, source=data.path)
+def _id_triplets(data: DataConfig) -> Source:
+    return _with_collection(data, _triplet_rows(data))
 
 
-def _hard_negatives(data: DataConfig) -> TrainingSet:
-    # validate() requires data.queries and data.collection with this format
-    queries, documents = read_id_texts(cast(str, data.queries)), read_id_texts(cast(str, data.collection))
-    rows: list[_Row] = []
+def _hard_negative_rows(data: DataConfig) -> Iterator[tuple[str, str, tuple[str, ...], int]]:
     for number, line in numbered_lines(data.path):
         if data.limit is not None and number > data.limit:
             break
@@ -221,7 +233,6 @@ def _hard_negatives(data: DataConfig) -> TrainingSet:
         ):
             raise InputError('expected {"qid": …, "pos": [pid…], "neg": {system: [pid…]}}', data.path, number)
         qid = check_id(record["qid"], "qid", data.path, number)
-        _check_known(qid, queries, "query", data.path, number, data.queries)
         systems = data.negative_systems or list(record["neg"])
         listed = [record["neg"].get(system) or [] for system in systems]
         if not all(isinstance(pids, list) for pids in listed):
@@ -229,26 +240,17 @@ def _hard_negatives(data: DataConfig) -> TrainingSet:
         positives = [check_id(pid, "a pid", data.path, number) for pid in record["pos"]]
         negatives = [check_id(pid, "a pid", data.path, number) for pids in listed for pid in pids]
         negatives = [pid for pid in dict.fromkeys(negatives) if pid not in positives]
-        for doc in positives + negatives:
-            _check_known(doc, documents, "document", data.path, number, data.collection)
-        rows.extend((qid, pid, tuple(negatives)) for pid in positives)
-    return TrainingSet(merge_groups(rows), queries, documents, source=data.path)
+        for pid in positives:
+            yield qid, pid, tuple(negatives), number
 
 
-class _DocStore:
-    """``doc_id → text`` over an ir_datasets docstore (looked up lazily)."""
-
-    def __init__(self, store: Any, name: str) -> None:
-        self.store, self.name = store, name
-
-    def __getitem__(self, key: str) -> str:
-        try:
-            return self.store.get(key).text
-        except KeyError:
-            raise InputError(f"unknown document id {key!r}", self.name) from None
+def _hard_negatives(data: DataConfig) -> Source:
+    if not Path(data.path).is_file():
+        raise InputError("no such file", data.path)
+    return _with_collection(data, _hard_negative_rows(data))
 
 
-def _ir_datasets(data: DataConfig) -> TrainingSet:
+def _ir_datasets(data: DataConfig) -> Source:
     try:
         import ir_datasets
     except ImportError:
@@ -263,17 +265,18 @@ def _ir_datasets(data: DataConfig) -> TrainingSet:
         raise InputError(
             "this ir_datasets id has no training doc pairs (try msmarco-passage/train/triples-small)", data.path
         )
-    queries = {query.query_id: query.text for query in dataset.queries_iter()}
+    pairs = itertools.islice(dataset.docpairs_iter(), data.limit)
+    return Source(
+        ((pair.query_id, pair.doc_id_a, (pair.doc_id_b,), number) for number, pair in enumerate(pairs, start=1)),
+        data.path,
+        ((query.query_id, query.text, None) for query in dataset.queries_iter()),
+        f"{data.path} [queries]",
+        ((doc.doc_id, doc.text, None) for doc in dataset.docs_iter()),
+        f"{data.path} [docs]",
+    )
 
-    def rows() -> Iterator[_Row]:  # streamed: the pairs are read as they are merged, up to data.limit
-        for number, pair in enumerate(itertools.islice(dataset.docpairs_iter(), data.limit), start=1):
-            _check_known(pair.query_id, queries, "query", data.path, number)
-            yield pair.query_id, pair.doc_id_a, (pair.doc_id_b,)
 
-    return TrainingSet(merge_groups(rows()), queries, _DocStore(dataset.docs_store(), data.path), source=data.path)
-
-
-def _hf(data: DataConfig) -> TrainingSet:
+def _hf(data: DataConfig) -> Source:
     try:
         import datasets
     except ImportError:
@@ -287,7 +290,7 @@ def _hf(data: DataConfig) -> TrainingSet:
     else:  # a hub dataset (or a folder of data files) is streamed: rows are read up to data.limit, no full download
         table = datasets.load_dataset(data.path, data.hf_config, split=data.split, streaming=True)
 
-    def rows() -> Iterator[_Row]:
+    def rows() -> Iterator[tuple[str, str, tuple[str, ...], int]]:
         for number, row in enumerate(itertools.islice(table, data.limit), start=1):
             names = list(row)
             if len(names) < 3:
@@ -295,12 +298,12 @@ def _hf(data: DataConfig) -> TrainingSet:
             for name in names:
                 if not isinstance(row[name], str) or not row[name].strip():
                     raise InputError(f"row {number}: column {name!r} must be a non-empty string", data.path)
-            yield row[names[0]], row[names[1]], tuple(row[name] for name in names[2:])
+            yield row[names[0]], row[names[1]], tuple(row[name] for name in names[2:]), number
 
-    return TrainingSet(merge_groups(rows()), _SameText(), _SameText(), source=data.path)
+    return Source(rows(), data.path)
 
 
-LOADERS = {
+SOURCES = {
     "triplets": _text_triplets,
     "id_triplets": _id_triplets,
     "hard_negatives": _hard_negatives,
@@ -310,23 +313,69 @@ LOADERS = {
 REMOTE_FORMATS: dict[str, Library] = {"ir_datasets": "ir_datasets", "hf": "hub"}  # whose cache holds them
 
 
-def _attach_teacher(training_set: TrainingSet, data: DataConfig) -> None:
-    scores = READERS[data.teacher_format](cast(str, data.teacher))  # called only when data.teacher is set
-    for group in training_set.groups:
-        for doc in (group.positive,) + group.negatives:
-            if (group.query, doc) not in scores:
-                raise InputError(f"no teacher score for qid {group.query!r}, pid {doc!r}", data.teacher)
-    training_set.teacher = scores
+# ----------------------------------------------------------------------------------------- the cache
+def _identity(value: str) -> object:
+    """What the store key records of one input: a local file's absolute path, size and modification time."""
+    path = Path(value)
+    if not is_local(value) or not path.exists():
+        return value  # a remote name (or a missing file: the reader names it)
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def store_key(data: DataConfig) -> str:
+    """The cache key of ``data``'s store (see the module docstring)."""
+    settings = {name: value for name, value in asdict(data).items() if name not in SAMPLING_ONLY}
+    for name in ("path", "queries", "collection", "teacher"):
+        if settings[name] is not None:
+            settings[name] = _identity(settings[name])
+    text = json.dumps({"version": STORE_VERSION, **settings}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _complete(folder: Path) -> Store | None:
+    """The store in ``folder`` if it is complete and opens; a damaged entry (derived data) is rebuilt."""
+    if not (folder / "manifest.json").is_file():
+        return None
+    try:
+        return open_store(folder)
+    except (OSError, ValueError, KeyError) as error:
+        logger.warning("rebuilding a damaged training-data cache entry %s: %s", folder, error)
+        return None
+
+
+def _source(data: DataConfig) -> Source:
+    source = SOURCES[data.format](data)
+    if data.teacher is not None:
+        source.teacher, source.teacher_where = READERS[data.teacher_format](data.teacher), data.teacher
+    return source
+
+
+def build_training_store(data: DataConfig) -> Store:
+    """The store of ``data``: opened from the cache, or built into it (waiting while another process builds it)."""
+    folder = cache_root() / "training" / store_key(data)
+    waiting = False
+    while (store := _complete(folder)) is None:
+        try:
+            output = open_output(folder, folder=True, overwrite=True)
+        except OutputBusy as busy:
+            if not waiting:
+                logger.info("waiting for the training data being read into %s (%s)", folder, busy)
+                waiting = True
+            time.sleep(1)
+            continue
+        with output:
+            if _complete(folder) is None:  # not finished by another process meanwhile
+                library = REMOTE_FORMATS.get(data.format)
+                with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
+                    manifest = build_store(_source(data), output.staging)
+                logger.info("training data read into %s (%s)", folder, manifest)
+            else:
+                output.discard()
+    return store
 
 
 def load_training_set(data: DataConfig) -> TrainingSet:
-    """Read the training data described by a ``DataConfig`` (a failed download: one error line, see
+    """The training set described by a ``DataConfig``, from its store (a failed download: one error line, see
     :func:`spladekit.common.sources.fetching`)."""
-    library = REMOTE_FORMATS.get(data.format)
-    with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
-        training_set = LOADERS[data.format](data)
-    if not training_set.groups:
-        raise InputError("no training examples (every query lacks a positive or a negative)", data.path)
-    if data.teacher is not None:
-        _attach_teacher(training_set, data)
-    return training_set
+    return TrainingSet(build_training_store(data), source=data.path)

@@ -7,6 +7,7 @@ first N columns (e.g. ``scifact/triplets-train-ids.tsv`` has a fourth column, th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,13 +35,24 @@ def read_triplets(
     ``header``: skip the first non-blank line. ``columns``: use only the first ``columns`` fields of
     each line (a line with fewer is an error).
     """
+    return list(iter_triplets(path, limit, min_negatives, header, columns))
+
+
+def iter_triplets(
+    path: str | Path,
+    limit: int | None = None,
+    min_negatives: int = 1,
+    header: bool = False,
+    columns: int | None = None,
+) -> Iterator[Triplet]:
+    """:func:`read_triplets`, one triplet at a time (memory does not grow with the file)."""
     path = Path(path)
     if not path.is_file():
         raise InputError("no such file", path)
-    triplets: list[Triplet] = []
+    count = 0
     skip_header = header
     for number, line in numbered_lines(path):
-        if limit is not None and len(triplets) >= limit:
+        if limit is not None and count >= limit:
             break
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -61,7 +73,7 @@ def read_triplets(
         for position, name in enumerate(["query", "positive"] + ["negative"] * (len(fields) - 2)):
             if not fields[position].strip():
                 raise InputError(f"empty {name} (field {position + 1})", path, number)
-        triplets.append(Triplet(fields[0], fields[1], tuple(fields[2:]), number))
-    if not triplets:
+        count += 1
+        yield Triplet(fields[0], fields[1], tuple(fields[2:]), number)
+    if not count:
         raise InputError("no triplets in file", path)
-    return triplets

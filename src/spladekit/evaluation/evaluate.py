@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -43,6 +42,7 @@ import scipy.sparse as sp
 from spladekit.common import distributed
 from spladekit.common.atomic import OutputBusy, final_path
 from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.sources import cache_root
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights, nnz_per_row
 from spladekit.data.collections import Collection, load_collection, reconcile
 from spladekit.data.jsonl import Corpus
@@ -79,10 +79,6 @@ def active_per_row(matrix: sp.csr_matrix) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------- caching
-def cache_root() -> Path:
-    return Path(os.environ.get("SPLADEKIT_CACHE") or Path.home() / ".cache" / "spladekit")
-
-
 def read_cache_entry(folder: Path, corpus: Corpus, vocab_size: int) -> Vectors | None:
     """The cached vectors in ``folder``, or None when there are none, the entry is an interrupted encoding
     (a sharded folder without its manifest: resumed by :func:`encode_corpus`) or it is unusable.

@@ -36,6 +36,7 @@ either back.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -70,23 +71,22 @@ def idf_weights(
     vocab_size: int,
     batch_size: int = 1000,
     show_progress: bool = True,
+    total: int | None = None,
 ) -> torch.Tensor:
     """The V-vector ``idf(v) = ln(1 + (N − df + 0.5) / (df + 0.5))`` (0 where ``df = 0``) of ``documents``.
 
     Texts are tokenized without special tokens and without truncation; special token ids never count;
-    ``N`` is the number of documents holding at least one counted token (see the module docstring)."""
+    ``N`` is the number of documents holding at least one counted token (see the module docstring).
+    ``documents`` is read ``batch_size`` texts at a time (``total``: its length, for the progress bar)."""
     special = np.asarray(sorted(set(getattr(tokenizer, "all_special_ids", []) or [])), dtype=np.int64)
     df = np.zeros(vocab_size, dtype=np.int64)
     n_docs = 0
-    texts = list(documents)
+    texts = iter(documents)
     with (
         quiet_transformers(),
-        tqdm(
-            total=len(texts), desc="document frequencies", unit="doc", disable=not show_progress, leave=False
-        ) as progress,
+        tqdm(total=total, desc="document frequencies", unit="doc", disable=not show_progress, leave=False) as progress,
     ):
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start : start + batch_size]
+        while chunk := list(itertools.islice(texts, batch_size)):
             encoded = tokenizer(
                 chunk,
                 add_special_tokens=False,

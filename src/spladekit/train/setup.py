@@ -58,20 +58,26 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     encoder = apply_rescale(encoder, record)
     if config.model.kind == "splade":
         return encoder, record
-    documents = training_set.document_texts()
-    weights = idf_weights(encoder.tokenizer, documents, encoder.vocab_size, show_progress=config.logging.progress)
+    rows = training_set.document_rows()
+    weights = idf_weights(
+        encoder.tokenizer,
+        training_set.document_texts(rows),
+        encoder.vocab_size,
+        show_progress=config.logging.progress,
+        total=len(rows),
+    )
     return InferenceFreeEncoder(
         encoder,
         weights,
         query_max_length=config.data.query_max_length,
         freeze_query_weights=config.model.freeze_query_weights,
-        query_weights_origin=f"IDF of the {len(documents)} training documents of {config.data.path}",
+        query_weights_origin=f"IDF of the {len(rows)} training documents of {config.data.path}",
     ), record
 
 
 def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
     """The first ``count`` (query, positive) text pairs of the training data (auto-k and step-0 checks)."""
-    return [(training_set.queries[g.query], training_set.documents[g.positive]) for g in training_set.groups[:count]]
+    return training_set.pairs(count)
 
 
 def initial_head_report(
