@@ -358,9 +358,9 @@ def build_training_store(data: DataConfig) -> Store:
     while (store := _complete(folder)) is None:
         try:
             output = open_output(folder, folder=True, overwrite=True)
-        except OutputBusy as busy:
+        except OutputBusy:
             if not waiting:
-                logger.info("waiting for the training data being read into %s (%s)", folder, busy)
+                logger.info("another process is storing the training data in %s: waiting for it", folder)
                 waiting = True
             time.sleep(1)
             continue
@@ -369,7 +369,7 @@ def build_training_store(data: DataConfig) -> Store:
                 library = REMOTE_FORMATS.get(data.format)
                 with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
                     manifest = build_store(_source(data), output.staging)
-                logger.info("training data read into %s (%s)", folder, manifest)
+                logger.info("training data stored in %s (%s)", folder, manifest)
             else:
                 output.discard()
     return store

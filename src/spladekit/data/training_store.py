@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from spladekit.common.errors import InputError
 
@@ -56,9 +57,7 @@ class _TableWriter:
     """Append ``(id, text)`` records to an Arrow IPC stream in record batches; ``rows[key]`` is a key's row."""
 
     def __init__(self, path: Path, with_ids: bool):
-        import pyarrow as pa
-
-        self.pa, self.with_ids = pa, with_ids
+        self.with_ids = with_ids
         names = ["id", "text"] if with_ids else ["text"]
         self.schema = pa.schema([(name, pa.large_string()) for name in names])
         self.sink = pa.OSFile(str(path), "wb")
@@ -79,7 +78,7 @@ class _TableWriter:
     def flush(self) -> None:
         if self.texts:
             columns = ([self.ids] if self.with_ids else []) + [self.texts]
-            self.writer.write_batch(self.pa.record_batch(columns, schema=self.schema))
+            self.writer.write_batch(pa.record_batch(columns, schema=self.schema))
         self.ids, self.texts = [], []
 
     def close(self) -> None:
@@ -110,8 +109,6 @@ class TextTable:
     """Row number → text (and id) of a memory-mapped ``*.arrow`` table; nothing is copied into memory."""
 
     def __init__(self, path: Path):
-        import pyarrow as pa
-
         table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
         self.texts = table.column("text")
         self.ids = table.column("id") if "id" in table.column_names else self.texts
