@@ -295,3 +295,35 @@ def test_cli_encode_failing_after_a_complete_shard_keeps_it_for_resume(tiny_mode
     assert "1 complete shard(s) kept in" in result.stderr and "--resume" in result.stderr
     assert (tmp_path / "vectors" / "shards" / "00000" / "shard.json").is_file()
     assert not (tmp_path / "vectors" / "manifest.json").exists()
+
+
+def test_a_batch_that_does_not_fit_is_retried_at_half_the_size(tiny_model_dirs, monkeypatch, caplog):
+    """A device that holds at most 2 texts a forward pass (an out-of-memory error above): encoding with batches of 8
+    halves to 4, then 2, logs each halving, and returns what batches of 2 return."""
+    encoder = load(tiny_model_dirs["bert"], "bert")
+    expected = encoder.encode(TEXTS, batch_size=2, show_progress=False)
+    forward, sizes = encoder.forward, []
+
+    def small_device(batch):
+        sizes.append(len(batch["input_ids"]))
+        if len(batch["input_ids"]) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return forward(batch)
+
+    monkeypatch.setattr(encoder, "forward", small_device)
+    with caplog.at_level("WARNING", logger="spladekit"):
+        result = encoder.encode(TEXTS, batch_size=8, show_progress=False)
+    assert (result != expected).nnz == 0
+    assert sizes[:3] == [min(8, len(TEXTS)), 4, 2] and set(sizes[3:]) <= {1, 2}
+    assert re.findall(r"continuing with batches of (\d+)", caplog.text) == ["4", "2"]
+
+
+def test_out_of_memory_at_one_text_is_raised(tiny_model_dirs, monkeypatch):
+    encoder = load(tiny_model_dirs["bert"], "bert")
+
+    def no_memory(batch):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(encoder, "forward", no_memory)
+    with pytest.raises(torch.OutOfMemoryError):
+        encoder.encode(TEXTS, batch_size=4, show_progress=False)

@@ -141,6 +141,17 @@ def text_list(texts: str | Sequence[str]) -> list[str]:
     return [texts] if isinstance(texts, str) else list(texts)
 
 
+def _smaller_batch(batch_size: int, device: torch.device) -> int:
+    """Half of ``batch_size`` after an out-of-memory error (the cached blocks freed first), logged once per halving."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    smaller = max(1, batch_size // 2)
+    log.warning(
+        "a batch of %d texts did not fit in %s memory: continuing with batches of %d", batch_size, device, smaller
+    )
+    return smaller
+
+
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
@@ -345,7 +356,9 @@ class SparseEncoder(nn.Module):
         """Encode texts to a float32 CSR matrix (rows in input order; one string is one text, one row);
         ``max_length`` defaults to the document side's limit (:meth:`encode_document` without pruning).
 
-        Texts are sorted by token length so each batch pads little; results are put back in order. A text
+        Texts are sorted by token length so each batch pads little; results are put back in order. A batch that
+        does not fit in the device's memory is retried at half the size, and the rest continues at that size (the
+        longest texts come first, so the first batch is the largest that has to fit). A text
         whose vector holds NaN or inf (a damaged model) is a :class:`NonFiniteVector` error naming its
         position (and its id, from ``ids`` when given): such vectors are never returned.
         """
@@ -374,11 +387,20 @@ class SparseEncoder(nn.Module):
                     total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
                 ) as progress,
             ):
-                for start in range(0, len(texts), batch_size):
+                start = 0
+                while start < len(texts):
                     chunk = order[start : start + batch_size]
                     batch = self.tokenize([texts[i] for i in chunk], max_length=max_length)
-                    with autocast(self.device, self.bf16):
-                        vectors = self.forward(batch).float()
+                    try:
+                        with autocast(self.device, self.bf16):
+                            vectors = self.forward(batch).float()
+                    except torch.OutOfMemoryError:
+                        if batch_size == 1:
+                            raise
+                        del batch
+                        batch_size = _smaller_batch(batch_size, self.device)
+                        continue
+                    start += len(chunk)
                     finite = torch.isfinite(vectors).all(dim=1)
                     if not bool(finite.all()):
                         index = int(chunk[int((~finite).nonzero()[0, 0])])
