@@ -1,4 +1,5 @@
-"""Qdrant backend (embedded local mode): top-k equals brute force Q @ D.T (ties by lower row)."""
+"""Qdrant backend (embedded: Qdrant Edge, Qdrant's Rust engine in-process): top-k equals brute force Q @ D.T (ties by
+lower row); uint8 storage and the IDF modifier change the scores as Qdrant documents."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from spladekit.common.errors import SpladekitError
 from spladekit.evaluation.run import Run
 from spladekit.index.store import read_manifest
 
-pytest.importorskip("qdrant_client")
-from spladekit.index.qdrant import QdrantSearcher
+pytest.importorskip("qdrant_edge")
+from spladekit.index.qdrant import EDGE_PREFIX, QdrantSearcher
 
 
 def brute_force(queries: sp.csr_matrix, documents: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +38,7 @@ def dyadic(rows: int, cols: int, density: float, seed: int) -> sp.csr_matrix:
     return matrix
 
 
-def test_local_mode_top10_equals_brute_force_with_ties():
+def test_embedded_top10_equals_brute_force_with_ties():
     documents, queries = dyadic(400, 60, 0.08, seed=1), dyadic(40, 60, 0.08, seed=2)
     queries = sp.vstack([queries, sp.csr_matrix((1, 60), dtype=np.float32)]).tocsr()  # an empty query too
     searcher = QdrantSearcher.build(documents)
@@ -69,14 +70,63 @@ def test_save_and_load_keeps_ids_and_results(tmp_path):
     loaded.close()
 
 
-def test_payload_holds_doc_ids_and_collection_is_not_silently_replaced(tmp_path):
+def test_payload_holds_doc_ids_and_a_shard_is_not_silently_replaced(tmp_path):
     documents = dyadic(10, 20, 0.3, seed=5)
     searcher = QdrantSearcher.build(documents, doc_ids=[f"d{i}" for i in range(10)], path=tmp_path / "qdrant")
-    record = searcher.client.retrieve(searcher.collection, [3], with_payload=True)[0]
-    assert record.payload == {"doc_id": "d3"}
-    with pytest.raises(SpladekitError, match="already exists"):
-        searcher._create_collection(recreate=False)
+    assert searcher.engine.payload(3) == {"doc_id": "d3"} and searcher.count() == 10
     searcher.close()
+    with pytest.raises(SpladekitError, match="a Qdrant Edge shard already exists"):
+        QdrantSearcher.build(documents, path=tmp_path / "qdrant")
+    replaced = QdrantSearcher.build(documents[:4], path=tmp_path / "qdrant", recreate=True)
+    assert replaced.count() == 4
+    replaced.close()
+
+
+def test_the_temporary_shard_is_removed_on_close_and_a_killed_owners_is_swept(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = Path(tempfile.gettempdir()) / f"{EDGE_PREFIX}{int(gone.stdout)}-killed"
+    (stale / "shard").mkdir(parents=True)
+    searcher = QdrantSearcher.build(dyadic(10, 20, 0.3, seed=9))
+    folder = Path(searcher.folder.name)
+    assert not stale.exists() and folder.name.startswith(f"{EDGE_PREFIX}{os.getpid()}-") and folder.is_dir()
+    searcher.close()
+    assert not folder.exists()
+
+
+def test_uint8_storage_quantizes_the_document_weights():
+    """Qdrant's uint8 sparse storage rounds each stored weight to one of 256 levels: the top-10 stays close to exact
+    (weights spread over (0, 1]), the scores are no longer the float32 ones."""
+    documents = sp.random(300, 80, density=0.1, format="csr", random_state=11, dtype=np.float32)
+    queries = sp.random(30, 80, density=0.1, format="csr", random_state=12, dtype=np.float32)
+    searcher = QdrantSearcher.build(documents, datatype="uint8")
+    result = searcher.search(queries, k=10)
+    searcher.close()
+    expected, scores = brute_force(queries, documents, 10)
+    overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(result.doc_indices, expected)])
+    assert overlap > 0.8 and not np.allclose(result.scores, scores, rtol=1e-6)
+    np.testing.assert_allclose(result.scores, scores, rtol=0.05)
+
+
+def test_the_idf_modifier_weights_each_query_term_by_qdrants_idf():
+    """modifier=idf: score = Σ_v q_v · idf(v) · d_v with idf(v) = ln(1 + (N − n_v + 0.5) / (n_v + 0.5)) (Qdrant's
+    formula: n_v documents hold v, N documents hold any term; an empty document is not counted)."""
+    documents, queries = dyadic(200, 50, 0.1, seed=13), dyadic(20, 50, 0.1, seed=14)
+    searcher = QdrantSearcher.build(documents, modifier="idf")
+    result = searcher.search(queries, k=10)
+    searcher.close()
+    n = np.diff(documents.tocsc().indptr)
+    stored = np.count_nonzero(np.diff(documents.indptr))
+    assert stored < documents.shape[0]  # the data has empty documents: N is not the row count
+    idf = np.log(1 + (stored - n + 0.5) / (n + 0.5))
+    expected, scores = brute_force(sp.csr_matrix(queries.multiply(idf[None, :])), documents, 10)
+    np.testing.assert_allclose(result.scores, scores, rtol=1e-5)
+    assert (result.doc_indices[:, :3] == expected[:, :3]).mean() > 0.9  # ties below may order differently
 
 
 def test_vocabulary_mismatch_is_refused():
@@ -86,7 +136,7 @@ def test_vocabulary_mismatch_is_refused():
     searcher.close()
 
 
-def test_cli_export_qdrant_local_storage(tmp_path, cli):
+def test_cli_export_qdrant_edge_shard(tmp_path, cli):
     from spladekit.vectors.artifact import Vectors
 
     documents = dyadic(50, 30, 0.2, seed=8)
@@ -104,11 +154,11 @@ def test_cli_export_qdrant_local_storage(tmp_path, cli):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["points"] == 50
-    from qdrant_client import QdrantClient
+    from qdrant_edge import EdgeShard
 
-    client = QdrantClient(path=str(tmp_path / "qdrant"))  # what a Qdrant user opens
-    assert client.count("docs").count == 50
-    client.close()
+    shard = EdgeShard.load(str(tmp_path / "qdrant"))  # what a Qdrant Edge user opens
+    assert shard.info().points_count == 50
+    shard.close()
 
 
 @pytest.mark.slow

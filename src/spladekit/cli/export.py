@@ -53,7 +53,8 @@ def _qdrant(
 
     if output is None and url is None and qdrant_path is None:
         raise SpladekitError(
-            "--format qdrant needs --url (server), --qdrant-path (local storage) or --output (spladekit index folder)"
+            "--format qdrant needs --url (server), --qdrant-path (a Qdrant Edge shard) "
+            "or --output (spladekit index folder)"
         )
     from spladekit.vectors.artifact import Vectors
 
@@ -166,7 +167,9 @@ def export(
     ),
     url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),
     qdrant_path: Optional[Path] = typer.Option(
-        None, help="qdrant: qdrant-client local storage folder (QdrantClient(path=...)) to upload into."
+        None,
+        help="qdrant: a new folder for a Qdrant Edge shard (Qdrant's engine in-process; open it with "
+        "qdrant_edge.EdgeShard.load(path)).",
     ),
     collection: str = typer.Option("spladekit", help="qdrant: collection name."),
     vector_name: str = typer.Option("splade", help="qdrant: name of the sparse vector in the collection."),

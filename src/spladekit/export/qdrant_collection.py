@@ -22,9 +22,10 @@ def export_qdrant(
     recreate: bool = False,
     overwrite: bool = False,
 ) -> dict:
-    """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into qdrant-client's
-    local storage at ``qdrant_path`` (in memory if neither); with ``output``, also save a spladekit index
-    folder (``spladekit search`` reads it with the qdrant backend), opened before the upload."""
+    """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into a Qdrant Edge shard
+    in the folder ``qdrant_path`` (``qdrant_edge.EdgeShard.load`` opens it; a temporary one if neither); with
+    ``output``, also save a spladekit index folder (``spladekit search`` reads it with the qdrant backend), opened
+    before the upload."""
     with contextlib.ExitStack() as stack:
         opened = None if output is None else stack.enter_context(open_output(output, folder=True, overwrite=overwrite))
         searcher = QdrantSearcher.build(
@@ -39,7 +40,7 @@ def export_qdrant(
         try:
             if opened is not None:
                 searcher.save(opened.staging, meta={"exported_by": "spladekit export --format qdrant"})
-            points = searcher.client.count(collection, exact=True).count
+            points = searcher.count()
         finally:
             searcher.close()
     return {

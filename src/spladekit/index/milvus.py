@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -33,7 +32,7 @@ from tqdm.auto import tqdm
 
 from spladekit.common.errors import SpladekitError
 from spladekit.index.base import Searcher, SearchResult, check_documents
-from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
+from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, scratch_folder, tie_resolved_top_k
 from spladekit.index.params import Param
 
 if TYPE_CHECKING:
@@ -96,24 +95,6 @@ def _sparse_rows(vectors: sp.csr_matrix, start: int, end: int) -> list[dict[int,
 
 LITE_PREFIX = "spladekit-milvus-"  # + the owner's pid: a folder whose owner is gone is swept by the next build
 LITE_DATABASE = "milvus.db"
-
-
-def sweep_stale_folders() -> None:
-    """Remove the Milvus Lite folders of processes that no longer exist (a ``kill -9`` skips ``close``)."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{LITE_PREFIX}*-*"):
-        owner = folder.name[len(LITE_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class MilvusSearcher(EngineFiles, Searcher):
@@ -181,8 +162,7 @@ class MilvusSearcher(EngineFiles, Searcher):
             raise SpladekitError(f"Milvus stores ids of at most {MAX_ID_LENGTH} bytes")
         folder = None
         if params["uri"] is None:
-            sweep_stale_folders()
-            folder = tempfile.TemporaryDirectory(prefix=f"{LITE_PREFIX}{os.getpid()}-")
+            folder = scratch_folder(LITE_PREFIX)
             client = connect(str(Path(folder.name) / LITE_DATABASE))
         else:
             client = connect(params["uri"], token)
