@@ -15,7 +15,21 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spladekit"
 # above its own modules (it re-exports them); the ``spladekit`` package itself is the top.
 LAYERS: list[tuple[str, list[str]]] = [
     ("common", ["errors", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"]),
-    ("data", ["trec", "jsonl", "triplets", "teacher", "samples", "collections", "stream", "suites", "training"]),
+    (
+        "data",
+        [
+            "trec",
+            "jsonl",
+            "triplets",
+            "teacher",
+            "samples",
+            "collections",
+            "stream",
+            "suites",
+            "training_store",
+            "training",
+        ],
+    ),
     (
         "model",
         [
