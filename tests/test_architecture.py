@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "card",
             "encoder",
             "inference_free",
+            "onnx",
             "loading",
             "diagnosis",
             "rescaling",

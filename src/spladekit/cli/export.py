@@ -19,6 +19,7 @@ class ExportFormat(str, Enum):
     opensearch = "opensearch"
     elasticsearch = "elasticsearch"
     ciff = "ciff"
+    onnx = "onnx"
 
 
 def _sentence_transformers(
@@ -37,6 +38,27 @@ def _sentence_transformers(
         "max_length": encoder.max_length,
         "vocab_size": encoder.vocab_size,
     }
+
+
+def _onnx(
+    source: str,
+    output: Path,
+    max_length: Optional[int],
+    top_k: Optional[int],
+    int8: bool,
+    overwrite: bool,
+    trust_remote_code: bool,
+) -> dict:
+    from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.loading import load_model
+    from spladekit.model.onnx import export_onnx
+
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        encoder = load_model(source, trust_remote_code=trust_remote_code, max_length=max_length, device="cpu")
+        if not isinstance(encoder, SparseEncoder):
+            raise SpladekitError(f"{source}: --format onnx exports SPLADE models, not inference-free ones")
+        metadata = export_onnx(encoder, staged, top_k=top_k, quantize="int8" if int8 else None)
+    return {**metadata, "format": "onnx", "model": source, "output": str(output)}
 
 
 def _qdrant(
@@ -145,7 +167,7 @@ def export(
     source: str = typer.Argument(
         ...,
         help="sentence-transformers: a model (hub id or folder spladekit loads; an "
-        "inference-free model becomes a Router folder). "
+        "inference-free model becomes a Router folder). onnx: a SPLADE model. "
         "qdrant/opensearch/elasticsearch/ciff: a vectors folder written by `spladekit "
         "encode`.",
     ),
@@ -163,8 +185,12 @@ def export(
     max_length: Optional[int] = typer.Option(
         None,
         min=MIN_TOKEN_LIMIT,
-        help="sentence-transformers: token limit written into the folder (default: the model's, else 256).",
+        help="sentence-transformers, onnx: token limit written into the folder (default: the model's, else 256).",
     ),
+    top_k: Optional[int] = typer.Option(
+        None, min=1, help="onnx: the graph returns the K largest weights (indices, values) instead of B × V weights."
+    ),
+    int8: bool = typer.Option(False, "--int8", help="onnx: dynamic int8 quantization of the graph's weights."),
     url: Optional[str] = typer.Option(None, help="qdrant: server/cluster URL (API key from $QDRANT_API_KEY)."),
     qdrant_path: Optional[Path] = typer.Option(
         None,
@@ -208,12 +234,17 @@ def export(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of a summary."),
 ) -> None:
-    """Export a model to sentence-transformers, or encoded vectors to Qdrant, OpenSearch, Elasticsearch or a CIFF
-    file (Common Index File Format: Anserini/Lucene, Terrier, PISA; needs ciff-toolkit)."""
+    """Export a model to sentence-transformers or to ONNX (backbone, head and SPLADE pooling in one graph), or
+    encoded vectors to Qdrant, OpenSearch, Elasticsearch or a CIFF file (Common Index File Format:
+    Anserini/Lucene, Terrier, PISA; needs ciff-toolkit)."""
     if fmt is ExportFormat.sentence_transformers:
         if output is None:
             raise SpladekitError("--format sentence-transformers needs --output")
         payload = _sentence_transformers(source, output, max_length, overwrite, trust_remote_code)
+    elif fmt is ExportFormat.onnx:
+        if output is None:
+            raise SpladekitError("--format onnx needs --output")
+        payload = _onnx(source, output, max_length, top_k, int8, overwrite, trust_remote_code)
     elif fmt is ExportFormat.ciff:
         payload = _ciff(source, output, model, quantization_scale, overwrite, trust_remote_code)
     elif fmt is ExportFormat.qdrant:
