@@ -15,6 +15,7 @@ collection, cache=False)`` scores the exported graph itself.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Sequence
@@ -203,37 +204,20 @@ class OnnxEncoder:
         result.sort_indices()
         return result.astype(np.float32)
 
-    def _side(
+    def _encode_side(
         self,
         side: Side,
         texts: str | Sequence[str],
-        batch_size: int,
-        max_length: int | None,
-        show_progress: bool,
-        max_active_dims: int | None,
+        batch_size: int = 32,
+        max_length: int | None = None,
+        show_progress: bool = True,
+        max_active_dims: int | None = None,
+        ids: Sequence[str] | None = None,
     ) -> sp.csr_matrix:
+        """``side``'s vectors (at its token limit unless ``max_length``), pruned to ``max_active_dims``."""
         check_max_active_dims(max_active_dims)
         vectors = self.encode(texts, batch_size, self.side_max_length(side, max_length), show_progress)
         return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
 
-    def encode_document(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 32,
-        max_length: int | None = None,
-        show_progress: bool = True,
-        max_active_dims: int | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> sp.csr_matrix:
-        return self._side("document", texts, batch_size, max_length, show_progress, max_active_dims)
-
-    def encode_query(
-        self,
-        texts: str | Sequence[str],
-        batch_size: int = 32,
-        max_length: int | None = None,
-        show_progress: bool = True,
-        max_active_dims: int | None = None,
-        ids: Sequence[str] | None = None,
-    ) -> sp.csr_matrix:
-        return self._side("query", texts, batch_size, max_length, show_progress, max_active_dims)
+    encode_document = functools.partialmethod(_encode_side, "document")
+    encode_query = functools.partialmethod(_encode_side, "query")
