@@ -96,3 +96,23 @@ def test_cli_export_onnx(tiny_model_dirs, tmp_path, cli):
     assert again.returncode == 2 and "already exists" in again.stderr
     matrix = OnnxEncoder(tmp_path / "onnx").encode(["a cat"], show_progress=False)
     assert isinstance(matrix, sp.csr_matrix) and matrix.shape[0] == 1
+
+
+def test_an_inference_free_model_exports_its_document_graph_and_its_query_table(tiny_model_dirs, tmp_path):
+    from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+
+    documents = _load(tiny_model_dirs, "bert")
+    weights = idf_weights(documents.tokenizer, SAMPLE_TEXTS, documents.vocab_size, show_progress=False)
+    model = InferenceFreeEncoder(documents, weights, query_max_length=8)
+    metadata = export_onnx(model, tmp_path)
+    onnx = OnnxEncoder(tmp_path)
+    assert metadata["kind"] == "inference-free" and (tmp_path / "query_weights.safetensors").is_file()
+    queries = ["what is the capital of france", "a cat a cat"]
+    assert (
+        onnx.encode_query(queries, show_progress=False) != model.encode_query(queries, show_progress=False)
+    ).nnz == 0
+    np.testing.assert_allclose(
+        onnx.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
+        model.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
+        atol=1e-5,
+    )

@@ -49,14 +49,11 @@ def _onnx(
     overwrite: bool,
     trust_remote_code: bool,
 ) -> dict:
-    from spladekit.model.encoder import SparseEncoder
     from spladekit.model.loading import load_model
     from spladekit.model.onnx import export_onnx
 
     with opened(output, folder=True, overwrite=overwrite) as staged:
         encoder = load_model(source, trust_remote_code=trust_remote_code, max_length=max_length, device="cpu")
-        if not isinstance(encoder, SparseEncoder):
-            raise SpladekitError(f"{source}: --format onnx exports SPLADE models, not inference-free ones")
         metadata = export_onnx(encoder, staged, top_k=top_k, quantize="int8" if int8 else None)
     return {**metadata, "format": "onnx", "model": source, "output": str(output)}
 
@@ -167,7 +164,8 @@ def export(
     source: str = typer.Argument(
         ...,
         help="sentence-transformers: a model (hub id or folder spladekit loads; an "
-        "inference-free model becomes a Router folder). onnx: a SPLADE model. "
+        "inference-free model becomes a Router folder). onnx: a model (inference-free: its document encoder, "
+        "and its query weight table as it is). "
         "qdrant/opensearch/elasticsearch/ciff: a vectors folder written by `spladekit "
         "encode`.",
     ),

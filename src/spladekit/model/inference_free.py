@@ -168,6 +168,45 @@ def check_same_tokenizer(tokenizer: PreTrainedTokenizerBase, query_folder: Path,
         )
 
 
+def query_token_ids(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int | None
+) -> list[list[int]]:
+    """Token ids of each query as ``SparseStaticEmbedding.preprocess`` makes them (no special tokens)."""
+    return tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)["input_ids"]
+
+
+def weight_table_vectors(
+    tokenizer: PreTrainedTokenizerBase,
+    texts: list[str],
+    table: np.ndarray,
+    max_length: int | None,
+    batch_size: int = 32,
+    show_progress: bool = True,
+) -> sp.csr_matrix:
+    """Query vectors of an inference-free model (CSR float32, rows in input order): ``table[v]`` for each distinct
+    token v of each query, zero weights dropped."""
+    indptr, indices, data = [0], [], []
+    with tqdm(total=len(texts), desc="encoding queries", unit="text", disable=not show_progress, leave=False) as bar:
+        for start in range(0, len(texts), batch_size):
+            for tokens in query_token_ids(tokenizer, texts[start : start + batch_size], max_length):
+                distinct = np.unique(np.asarray(tokens, dtype=np.int64))
+                weights = table[distinct]
+                keep = weights != 0
+                indices.append(distinct[keep])
+                data.append(weights[keep])
+                indptr.append(indptr[-1] + int(keep.sum()))
+            bar.update(len(texts[start : start + batch_size]))
+    return sp.csr_matrix(
+        (
+            np.concatenate(data) if data else np.zeros(0, np.float32),
+            np.concatenate(indices) if indices else np.zeros(0, np.int64),
+            np.asarray(indptr),
+        ),
+        shape=(len(texts), len(table)),
+        dtype=np.float32,
+    )
+
+
 class InferenceFreeEncoder(nn.Module):
     """Inference-free SPLADE: ``document_encoder`` (a :class:`SparseEncoder`) and ``query_weights`` (V).
 
@@ -353,9 +392,7 @@ class InferenceFreeEncoder(nn.Module):
     # ----------------------------------------------------------------- queries
     def query_token_ids(self, texts: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Token ids of each query as ``SparseStaticEmbedding.preprocess`` makes them (no special tokens)."""
-        return self.tokenizer(
-            list(texts), add_special_tokens=False, truncation=True, max_length=max_length or self.query_max_length
-        )["input_ids"]
+        return query_token_ids(self.tokenizer, texts, max_length or self.query_max_length)
 
     def query_forward(self, texts: Sequence[str], max_length: int | None = None) -> torch.Tensor:
         """Differentiable query vectors, B × V: ``presence(b, v) · w_v`` (training)."""
@@ -387,28 +424,8 @@ class InferenceFreeEncoder(nn.Module):
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
         texts = text_list(texts)
         table = self.query_weights.detach().float().cpu().numpy()
-        indptr, indices, data = [0], [], []
-        with tqdm(
-            total=len(texts), desc="encoding queries", unit="text", disable=not show_progress, leave=False
-        ) as progress:
-            for start in range(0, len(texts), batch_size):
-                for tokens in self.query_token_ids(texts[start : start + batch_size], max_length):
-                    distinct = np.unique(np.asarray(tokens, dtype=np.int64))
-                    weights = table[distinct]
-                    keep = weights != 0
-                    indices.append(distinct[keep])
-                    data.append(weights[keep])
-                    indptr.append(indptr[-1] + int(keep.sum()))
-                progress.update(len(texts[start : start + batch_size]))
-        matrix = sp.csr_matrix(
-            (
-                np.concatenate(data) if data else np.zeros(0, np.float32),
-                np.concatenate(indices) if indices else np.zeros(0, np.int64),
-                np.asarray(indptr),
-            ),
-            shape=(len(texts), self.vocab_size),
-            dtype=np.float32,
-        )
+        limit = max_length or self.query_max_length
+        matrix = weight_table_vectors(self.tokenizer, texts, table, limit, batch_size, show_progress)
         return matrix if max_active_dims is None else keep_top_weights(matrix, max_active_dims)
 
     # ----------------------------------------------------------------- documents

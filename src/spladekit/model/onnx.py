@@ -6,7 +6,9 @@ the unmasked tokens (Formal et al., SPLADE v2, arXiv 2109.10086), into ``model.o
 largest as ``indices``/``values``, batch × K), with the tokenizer and ``onnx.json`` (what the graph computes,
 its token limits, the largest difference from torch measured at export). sentence-transformers' ONNX export stops
 at the MLM logits (B × L × V, pooling left to the caller); this graph returns the sparse vector itself.
-``quantize="int8"`` applies onnxruntime's dynamic int8 quantization to the graph's weights.
+``quantize="int8"`` applies onnxruntime's dynamic int8 quantization to the graph's weights. An inference-free model
+exports its document encoder as the graph and its query side as what it is, the weight table
+(``query_weights.safetensors``: a query's vector is ``table[v]`` for each distinct token v).
 
 :class:`OnnxEncoder` encodes with such a folder (CPU, onnxruntime) behind the calls evaluation uses
 (``encode_document``, ``encode_query``, ``side_max_length``): ``spladekit.evaluation.evaluate(OnnxEncoder(folder),
@@ -32,6 +34,13 @@ from spladekit.common.lines import read_json
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.encoder import Side, SparseEncoder, check_side, text_list
+from spladekit.model.inference_free import (
+    QUERY_WEIGHTS_FILE,
+    QUERY_WEIGHTS_TENSOR,
+    InferenceFreeEncoder,
+    read_query_weights,
+    weight_table_vectors,
+)
 from spladekit.model.pooling import splade_max_pool
 
 GRAPH_FILE, ONNX_METADATA = "model.onnx", "onnx.json"
@@ -69,16 +78,24 @@ class _SpladeGraph(nn.Module):
 
 
 def export_onnx(
-    encoder: SparseEncoder, folder: str | Path, top_k: int | None = None, quantize: Literal["int8"] | None = None
+    model: SparseEncoder | InferenceFreeEncoder,
+    folder: str | Path,
+    top_k: int | None = None,
+    quantize: Literal["int8"] | None = None,
 ) -> dict:
-    """Write ``model.onnx``, the tokenizer and ``onnx.json`` into the (new, empty) ``folder``; returns the
-    metadata, with the largest |difference| between onnxruntime's and torch's weights on three texts."""
-    if not isinstance(encoder, SparseEncoder):
-        raise SpladekitError("--format onnx exports SPLADE models (an inference-free model's queries need no graph)")
+    """Write ``model.onnx``, the tokenizer and ``onnx.json`` (and an inference-free model's query weight table) into
+    the (new, empty) ``folder``; returns the metadata, with the largest |difference| between onnxruntime's and
+    torch's document weights on three texts."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
     if top_k is not None and not 1 <= top_k <= encoder.vocab_size:
         raise SpladekitError(f"top_k must be between 1 and the vocabulary size {encoder.vocab_size}, got {top_k}")
     onnx, runtime = _onnx_packages()
-    folder = Path(folder)
+    if isinstance(model, InferenceFreeEncoder):
+        table = model.query_weights.detach().float().cpu().contiguous()
+        save_file({QUERY_WEIGHTS_TENSOR: table}, str(folder / QUERY_WEIGHTS_FILE))
     encoder = encoder.to("cpu").eval()
     graph = _SpladeGraph(encoder, top_k)
     sample = encoder.tokenize(list(PARITY_TEXTS))
@@ -110,13 +127,14 @@ def export_onnx(
     metadata = {
         "format": "spladekit-onnx",
         "version": 1,
+        "kind": "inference-free" if isinstance(model, InferenceFreeEncoder) else "splade",
         "outputs": outputs,
         "top_k": top_k,
         "quantized": quantize,
         "opset": OPSET,
         "vocab_size": encoder.vocab_size,
         "max_length": encoder.max_length,
-        "query_max_length": encoder.query_max_length,
+        "query_max_length": model.query_max_length,
         "export_seconds": round(time.perf_counter() - started, 1),
     }
     (folder / ONNX_METADATA).write_text(json.dumps(metadata, indent=2) + "\n")
@@ -156,6 +174,9 @@ class OnnxEncoder:
         )
         with quiet_transformers():
             self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.query_table = None  # inference-free: queries are looked up, not encoded
+        if metadata.get("kind") == "inference-free":
+            self.query_table = read_query_weights(self.folder / QUERY_WEIGHTS_FILE, self.vocab_size).numpy()
 
     def side_max_length(self, side: Side, max_length: int | None = None) -> int:
         check_side(side)
@@ -216,7 +237,13 @@ class OnnxEncoder:
     ) -> sp.csr_matrix:
         """``side``'s vectors (at its token limit unless ``max_length``), pruned to ``max_active_dims``."""
         check_max_active_dims(max_active_dims)
-        vectors = self.encode(texts, batch_size, self.side_max_length(side, max_length), show_progress)
+        limit = self.side_max_length(side, max_length)
+        if side == "query" and self.query_table is not None:
+            vectors = weight_table_vectors(
+                self.tokenizer, text_list(texts), self.query_table, limit, batch_size, show_progress
+            )
+        else:
+            vectors = self.encode(texts, batch_size, limit, show_progress)
         return vectors if max_active_dims is None else keep_top_weights(vectors, max_active_dims)
 
     encode_document = functools.partialmethod(_encode_side, "document")
