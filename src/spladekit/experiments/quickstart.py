@@ -59,7 +59,7 @@ from spladekit.model.rescaling import RescaleRecord, resolve_rescale
 from spladekit.train import TrainConfig, load_config, train
 from spladekit.train.loop import recipe
 from spladekit.train.mining import find_or_mine
-from spladekit.train.setup import resolved_config, sample_pairs
+from spladekit.train.setup import resolved_config
 
 logger = logging.getLogger("spladekit")
 
@@ -244,7 +244,7 @@ def _quickstart(
 
     say(f"[1/{STAGES}] diagnose: the MLM head's scale, and the k that brings it to a trained SPLADE's")
     # once, on the training pairs that `rescale.k: auto` would diagnose: the k explained is the k trained with
-    pairs = sample_pairs(load_training_set(settings.data), settings.rescale.auto_pairs)
+    pairs = load_training_set(settings.data).pairs(settings.rescale.auto_pairs)
     report = diagnose(encoder, pairs, settings.data.doc_max_length, mode=settings.rescale.mode)
     rescaling = resolve_rescale(
         encoder,

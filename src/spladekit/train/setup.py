@@ -52,7 +52,7 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
         setting.k,
         setting.mode,
         setting.rescale_bias,
-        pairs=sample_pairs(training_set, setting.auto_pairs),
+        pairs=training_set.pairs(setting.auto_pairs),
         max_length=config.data.doc_max_length,
     )
     encoder = apply_rescale(encoder, record)
@@ -75,17 +75,12 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     ), record
 
 
-def sample_pairs(training_set: TrainingSet, count: int) -> list[tuple[str, str]]:
-    """The first ``count`` (query, positive) text pairs of the training data (auto-k and step-0 checks)."""
-    return training_set.pairs(count)
-
-
 def initial_head_report(
     encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet, rescaling: RescaleRecord
 ) -> HeadReport:
     """Diagnose the head training starts from (after rescaling) on the training pairs, and log
     :func:`spladekit.model.diagnosis.step0_warnings` for it."""
-    report = diagnose(encoder, sample_pairs(training_set, config.rescale.auto_pairs), config.data.doc_max_length)
+    report = diagnose(encoder, training_set.pairs(config.rescale.auto_pairs), config.data.doc_max_length)
     for warning in step0_warnings(report, embeddings_warned=rescaling.mode == "tied"):
         logger.warning("step 0: %s", warning)
     return report
