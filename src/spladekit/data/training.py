@@ -46,7 +46,7 @@ import numpy as np
 
 from spladekit.common.atomic import OutputBusy, open_output
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.lines import check_id, numbered_lines
+from spladekit.common.lines import check_id, json_records, numbered_lines
 from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
 from spladekit.common.sources import Library, cache_root, fetching, is_local
 from spladekit.data.jsonl import checked_record
@@ -181,8 +181,6 @@ def iter_id_texts(path: str | Path) -> Iterator[tuple[str, str, int]]:
     if not path.is_file():
         raise InputError("no such file", path)
     if path.suffix == ".jsonl":
-        from spladekit.common.lines import json_records
-
         for number, record in json_records(numbered_lines(path), path):
             yield (*checked_record(number, record, path), number)
         return
