@@ -41,10 +41,10 @@ from spladekit.model.inference_free import (
     read_query_weights,
     weight_table_vectors,
 )
-from spladekit.model.pooling import splade_max_pool
 
 GRAPH_FILE, ONNX_METADATA = "model.onnx", "onnx.json"
 OPSET = 18  # onnxruntime ≥ 1.14 runs it; the torch.export-based exporter's default range
+VOCAB_BLOCK = 4096  # vocabulary terms projected at a time inside the graph
 PARITY_TEXTS = (
     "what is the capital of france",
     "Paris is the capital and most populous city of France, on the Seine, with 2.1 million residents.",
@@ -62,7 +62,12 @@ def _onnx_packages() -> tuple[Any, Any]:
 
 
 class _SpladeGraph(nn.Module):
-    """What is traced: token ids and mask → SPLADE weights (or their top k)."""
+    """What is traced: token ids and mask → SPLADE weights (or their top k).
+
+    ``log(1 + relu(·))`` is non-decreasing, so the max over tokens of the activations is the activation of the max
+    logit: the graph takes the max of the masked logits first and activates B × V numbers, not B × L × V, and it
+    projects onto the vocabulary a block of ``VOCAB_BLOCK`` terms at a time (measured on this CPU with splade-tiny:
+    the B × L × V logits at once made the graph ~30 % slower). The weights are the same numbers."""
 
     def __init__(self, encoder: SparseEncoder, top_k: int | None):
         super().__init__()
@@ -70,7 +75,14 @@ class _SpladeGraph(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         hidden, projection = self.encoder.head_inputs({"input_ids": input_ids, "attention_mask": attention_mask})
-        weights = splade_max_pool(hidden, projection.weight, projection.bias, attention_mask)
+        padding = (attention_mask == 0).unsqueeze(-1)
+        blocks = []
+        for start in range(0, projection.weight.shape[0], VOCAB_BLOCK):
+            logits = hidden @ projection.weight[start : start + VOCAB_BLOCK].T
+            if projection.bias is not None:
+                logits = logits + projection.bias[start : start + VOCAB_BLOCK]
+            blocks.append(logits.masked_fill(padding, float("-inf")).amax(dim=1))
+        weights = torch.log1p(torch.relu(torch.cat(blocks, dim=1)))
         if self.top_k is None:
             return weights
         values, indices = torch.topk(weights, self.top_k, dim=1)
