@@ -583,3 +583,38 @@ def test_two_shard_workers_and_two_device_workers_give_the_report_of_one(tmp_pat
     for folder in ("shards", "devices"):
         assert scores(tmp_path / folder) == reference, folder
         assert build_report(tmp_path / folder)["missing_runs"] == []
+
+
+def test_two_workers_needing_one_inflated_backbone_build_it_once(tmp_path, monkeypatch):
+    """Two sweep workers (--shard, --devices) whose cells share an inflated backbone reach prepare_backbone together:
+    one builds the variant (slowly, here), the other waits for it instead of failing on the folder's lock."""
+    import threading
+    import time
+
+    import spladekit.experiments.sweep as sweep_module
+
+    sweep = load_sweep(write_sweep(tmp_path))
+    spec = next(spec for spec in sweep.backbones if spec.inflate is not None)
+    inflate, builds = sweep_module.inflate, []
+
+    def slow_inflate(*args):
+        builds.append(1)
+        time.sleep(1.5)
+        return inflate(*args)
+
+    monkeypatch.setattr(sweep_module, "inflate", slow_inflate)
+    results, errors = [], []
+
+    def worker():
+        try:
+            results.append(sweep_module.prepare_backbone(spec, tmp_path / "out"))
+        except Exception as error:  # what a worker would exit with
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(results) == 2 and results[0] == results[1] and builds == [1]
+    assert (tmp_path / "out" / "backbones" / spec.name / "config.json").is_file()

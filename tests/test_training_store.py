@@ -84,11 +84,11 @@ def test_a_process_waits_for_the_one_building_the_store(id_data, caplog):
     builder = threading.Thread(target=slow_builder)
     builder.start()
     locked.wait()
-    with caplog.at_level(logging.INFO, logger="spladekit.data.training"):
+    with caplog.at_level(logging.INFO, logger="spladekit"):
         store = build_training_store(id_data)
     builder.join()
     assert store.folder == folder and store.manifest["groups"] == 2
-    assert "storing the training data" in caplog.text and "stored in" not in caplog.text
+    assert "is writing the training data" in caplog.text and "stored in" not in caplog.text
 
 
 def test_a_damaged_entry_is_rebuilt(id_data, caplog):

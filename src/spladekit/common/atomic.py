@@ -46,10 +46,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -397,6 +399,28 @@ def _recover(target: Path) -> None:
         os.rename(old, target)
     else:
         _remove(old)
+
+
+def build_once(target: Path, complete: Callable[[Path], bool], build: Callable[[Path], None], what: str) -> None:
+    """Make the derived folder ``target`` that several processes may need at once (a cache entry, a sweep's shared
+    backbone): unless ``complete(target)``, the first process to take its lock calls ``build(staging)``; the others
+    wait for it (checking every second) and use what it made. Checked again under the lock, so nothing is built
+    twice; a builder that fails leaves nothing, and the next waiter builds."""
+    waiting = False
+    while not complete(target):
+        try:
+            output = open_output(target, folder=True, overwrite=True)
+        except OutputBusy:
+            if not waiting:
+                logging.getLogger("spladekit").info("another process is writing %s (%s): waiting for it", what, target)
+                waiting = True
+            time.sleep(1)
+            continue
+        with output:
+            if complete(target):  # made by another process between the check and the lock
+                output.discard()
+            else:
+                build(output.staging)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ import hashlib
 import itertools
 import json
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Literal, cast
 
 import numpy as np
 
-from spladekit.common.atomic import OutputBusy, open_output
+from spladekit.common.atomic import build_once
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import check_id, json_records, numbered_lines
 from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
@@ -352,25 +351,15 @@ def _source(data: DataConfig) -> Source:
 def build_training_store(data: DataConfig) -> Store:
     """The store of ``data``: opened from the cache, or built into it (waiting while another process builds it)."""
     folder = cache_root() / "training" / store_key(data)
-    waiting = False
-    while (store := _complete(folder)) is None:
-        try:
-            output = open_output(folder, folder=True, overwrite=True)
-        except OutputBusy:
-            if not waiting:
-                logger.info("another process is storing the training data in %s: waiting for it", folder)
-                waiting = True
-            time.sleep(1)
-            continue
-        with output:
-            if _complete(folder) is None:  # not finished by another process meanwhile
-                library = REMOTE_FORMATS.get(data.format)
-                with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
-                    manifest = build_store(_source(data), output.staging)
-                logger.info("training data stored in %s (%s)", folder, manifest)
-            else:
-                output.discard()
-    return store
+
+    def build(staging: Path) -> None:
+        library = REMOTE_FORMATS.get(data.format)
+        with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
+            manifest = build_store(_source(data), staging)
+        logger.info("training data stored in %s (%s)", folder, manifest)
+
+    build_once(folder, lambda target: _complete(target) is not None, build, "the training data")
+    return cast(Store, _complete(folder))
 
 
 def load_training_set(data: DataConfig) -> TrainingSet:

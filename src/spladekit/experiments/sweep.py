@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from spladekit.common.atomic import atomic_file
+from spladekit.common.atomic import OutputBusy, atomic_file, build_once
 from spladekit.common.devices import resolve_device
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
@@ -385,10 +385,15 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
     report_path = output / "backbones" / f"{spec.name}.diagnose.json"
     path = spec.id
     if spec.inflate is not None:
-        if not (folder / "config.json").is_file():
+        factor = spec.inflate
+
+        def build(staging: Path) -> None:
             encoder = SparseEncoder.from_pretrained(spec.id, trust_remote_code=spec.trust_remote_code)
-            inflate(encoder.model, spec.inflate, spec.inflate_mode)
-            encoder.save(folder, overwrite=True)  # no config.json: an interrupted earlier attempt
+            inflate(encoder.model, factor, spec.inflate_mode)
+            encoder.save(staging)
+
+        # sweep workers (--shard, --devices) whose cells share the variant: one builds it, the others wait
+        build_once(folder, lambda target: (target / "config.json").is_file(), build, f"backbone {spec.name}")
         path = str(folder)
     if not report_path.is_file():
         encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
@@ -397,7 +402,11 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
             "inflate_mode": spec.inflate_mode,
             "source": spec.id,
         }
-        _write_json(report_path, report)
+        while not report_path.is_file():
+            try:
+                _write_json(report_path, report)
+            except OutputBusy:  # another worker is writing the same report: its copy is used once written
+                time.sleep(1)
     return path, read_head_report(report_path)
 
 
