@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,10 +303,3 @@ def open_store(folder: Path) -> Store:
     return Store(
         folder, TextTable(folder / "queries.arrow"), TextTable(folder / "documents.arrow"), groups, teacher, manifest
     )
-
-
-def iter_groups(store: Store) -> Iterator[tuple[int, int, np.ndarray]]:
-    """``(query row, positive row, negative rows)`` of every group, in order."""
-    groups = store.groups
-    for g in range(len(groups.query)):
-        yield int(groups.query[g]), int(groups.positive[g]), groups.negatives[groups.offsets[g] : groups.offsets[g + 1]]

@@ -25,6 +25,7 @@ checksums could not verify).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -95,8 +96,6 @@ class _Edge:
         if (self.folder / "segments").exists():
             if not recreate:
                 raise SpladekitError(f"a Qdrant Edge shard already exists in {self.folder} (recreate it to replace)")
-            import shutil
-
             shutil.rmtree(self.folder)
         params = edge.EdgeSparseVectorParams(
             modifier=edge.Modifier.Idf if modifier == "idf" else None,

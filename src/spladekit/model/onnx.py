@@ -104,7 +104,7 @@ def export_onnx(
     encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
     if top_k is not None and not 1 <= top_k <= encoder.vocab_size:
         raise SpladekitError(f"top_k must be between 1 and the vocabulary size {encoder.vocab_size}, got {top_k}")
-    onnx, runtime = _onnx_packages()
+    onnx, _ = _onnx_packages()
     if isinstance(model, InferenceFreeEncoder):
         table = model.query_weights.detach().float().cpu().contiguous()
         save_file({QUERY_WEIGHTS_TENSOR: table}, str(folder / QUERY_WEIGHTS_FILE))
