@@ -217,3 +217,40 @@ def test_disk_full_while_writing_is_one_clear_error_and_leaves_nothing(tmp_path)
         with pytest.raises(SpladekitError, match="no space left on device"), opened:
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "somewhere"))
     assert list(tmp_path.iterdir()) == []
+
+
+def _open_under_a_new_parent(root, index, rounds, barrier, errors):
+    for round_ in range(rounds):
+        barrier.wait()
+        try:
+            output = open_output(root / str(round_) / "a" / "b" / f"out{index}", folder=True)
+            if index % 2:
+                output.discard()  # removes the parents it made, if empty, while the others are still opening
+            else:
+                output.commit()
+        except Exception as error:
+            errors.put(f"round {round_}, writer {index}: {error}")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_writers_creating_and_removing_the_same_new_parents_at_once_all_succeed(tmp_path):
+    """Six processes open outputs side by side under parents none has yet, in step, 200 times; half discard theirs
+    (removing the parents they made, if empty). Before the fix one in ~40 rounds failed with "a parent is a file"."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    writers, rounds = 6, 200
+    barrier, errors = context.Barrier(writers), context.Queue()
+    processes = [
+        context.Process(target=_open_under_a_new_parent, args=(tmp_path, index, rounds, barrier, errors))
+        for index in range(writers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == [] and [process.exitcode for process in processes] == [0] * writers
+    assert sorted(path.name for path in (tmp_path / "0" / "a" / "b").iterdir()) == ["out0", "out2", "out4"]

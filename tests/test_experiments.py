@@ -603,8 +603,6 @@ def test_two_workers_needing_one_inflated_backbone_build_it_once(tmp_path, monke
         return inflate(*args)
 
     monkeypatch.setattr(sweep_module, "inflate", slow_inflate)
-    # the sweep's output exists before its workers start; two first writers racing on its parents is left open
-    (tmp_path / "out" / "backbones").mkdir(parents=True)
     results, errors = [], []
 
     def worker():

@@ -50,6 +50,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,6 +77,7 @@ _REASONS = {
     errno.ENAMETOOLONG: "name too long",
 }
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_PARENT_RETRIES = 20  # a folder made and removed again by other writers this many times running is not a race
 
 _open_outputs: dict[Path, Output] = {}  # staging path (absolute) → the output that owns it
 
@@ -125,13 +127,17 @@ def _remove(path: Path) -> None:
 
 
 def _make_parents(folder: Path) -> list[Path]:
-    """``mkdir -p folder``; returns the folders it created, outermost first."""
+    """``mkdir -p folder``; returns the folders it created, outermost first. Safe against other processes making
+    (or removing) the same folders at once: each path is looked at once, and one made meanwhile is not ours."""
     missing = []
-    while not _is_dir(folder) and folder.parent != folder:
-        if _exists(folder):
+    while folder.parent != folder:
+        try:
+            if stat.S_ISDIR(os.stat(folder).st_mode):
+                break
             raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(folder))
-        missing.append(folder)
-        folder = folder.parent
+        except FileNotFoundError:
+            missing.append(folder)
+            folder = folder.parent
     created = []
     for path in reversed(missing):
         try:
@@ -222,9 +228,15 @@ def _lock(target: Path, shown: str | Path) -> tuple[_Lock, list[Path]]:
     """Create the parent folders and take the lock; any failure is one SpladekitError, nothing left behind."""
     created: list[Path] = []
     try:
-        created = _make_parents(target.parent)
-        lock = _Lock(target, shown)
-        lock.acquire()
+        for attempt in range(_PARENT_RETRIES):
+            created = _make_parents(target.parent)
+            lock = _Lock(target, shown)
+            try:
+                lock.acquire()
+                break
+            except FileNotFoundError:  # another writer removed the empty parents it had made: make them again
+                if attempt == _PARENT_RETRIES - 1:
+                    raise
     except OSError as error:
         _remove_empty(created)
         raise _cannot_write(shown, error) from None
