@@ -16,6 +16,9 @@ $(BIN)/spladekit: pyproject.toml
 	# and ciff-toolkit works with the newer protobuf: installed without its dependencies, so it is not in
 	# pyproject's extras (pip could not resolve them together).
 	$(BIN)/pip install --quiet --no-deps ciff-toolkit==0.2.2
+	# --backend anserini runs Anserini's fat jar, which pyserini's package carries (1.6.0: Anserini 1.7.1). Without
+	# its dependencies: they are for pyserini's own JVM bridge (pyjnius), which spladekit does not use.
+	$(BIN)/pip install --quiet --no-deps pyserini==1.6.0
 	touch $@
 
 install: $(BIN)/spladekit

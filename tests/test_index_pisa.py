@@ -14,43 +14,13 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.sparse import best_first, quantize
+from spladekit.common.sparse import quantize
 from spladekit.index import PisaSearcher, load_index, pisa
 from spladekit.index.pisa import ALGORITHMS, _Postings
 from spladekit.vectors.artifact import Vectors
-from synthetic_sparse import zipf_matrix
+from synthetic_sparse import assert_equals_brute_force, brute_force, coarse, zipf_matrix
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def coarse(matrix: sp.csr_matrix, levels: int) -> sp.csr_matrix:
-    """Weights rounded up to ``levels`` distinct values (0.01 … levels/100): many tied scores."""
-    matrix = matrix.copy()
-    matrix.data = (np.ceil(matrix.data / matrix.data.max() * levels) / 100).astype(np.float32)
-    return matrix
-
-
-def brute_force(
-    documents: sp.csr_matrix, queries: sp.csr_matrix, scale: float, k: int
-) -> list[tuple[list, np.ndarray]]:
-    """Top-k rows and integer scores of ``round(q·scale) · round(d·scale)``, best first, ties by row."""
-    scores = (quantize(queries, scale).astype(np.int64) @ quantize(documents, scale).astype(np.int64).T).tocsr()
-    hits = []
-    for i in range(scores.shape[0]):
-        low, high = scores.indptr[i], scores.indptr[i + 1]
-        rows, values = scores.indices[low:high].astype(np.int64), scores.data[low:high]
-        order = best_first(rows, values, k)
-        hits.append((rows[order].tolist(), values[order]))
-    return hits
-
-
-def assert_equals_brute_force(searcher: PisaSearcher, documents, queries, k: int, **params) -> None:
-    result = searcher.search(queries, k=k, **params)
-    scale = searcher.params["scale"]
-    for i, (rows, values) in enumerate(brute_force(documents, queries, scale, k)):
-        found = result.doc_indices[i]
-        assert found[found >= 0].tolist() == rows, f"query {i}"
-        np.testing.assert_allclose(result.scores[i, : len(rows)], values / scale**2, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, pisa, qdrant, milvus.
+"""Search backends behind one :class:`Searcher` interface: exact (reference), seismic, bmp, pisa, anserini, qdrant,
+milvus.
 May import: ``common``."""
 
 from pathlib import Path
@@ -7,6 +8,7 @@ from typing import Any
 import scipy.sparse as sp
 
 from spladekit.common.errors import InputError, SpladekitError
+from spladekit.index.anserini import AnseriniSearcher
 from spladekit.index.base import Searcher, SearchResult
 from spladekit.index.bmp import BmpSearcher
 from spladekit.index.exact import ExactSearcher
@@ -19,7 +21,15 @@ from spladekit.index.store import MANIFEST, read_manifest
 
 BACKENDS: dict[str, type[Searcher]] = {
     searcher.name: searcher
-    for searcher in (ExactSearcher, SeismicSearcher, BmpSearcher, PisaSearcher, QdrantSearcher, MilvusSearcher)
+    for searcher in (
+        ExactSearcher,
+        SeismicSearcher,
+        BmpSearcher,
+        PisaSearcher,
+        AnseriniSearcher,
+        QdrantSearcher,
+        MilvusSearcher,
+    )
 }
 
 
@@ -47,6 +57,7 @@ def build_index(documents: sp.csr_matrix, backend: str = "exact", **params: Any)
 
 __all__ = [
     "BACKENDS",
+    "AnseriniSearcher",
     "BmpSearcher",
     "ExactSearcher",
     "MilvusSearcher",
