@@ -3,7 +3,9 @@
 The corpus is encoded once (``spladekit.evaluation.evaluate``'s cache under ``$SPLADEKIT_CACHE``: the first backend
 encodes it, the others read it back), then every backend is evaluated through ``spladekit.evaluation.evaluate`` with
 the same vectors: index build seconds, search ms per query (all queries, ``search_batches``), nDCG@10,
-RR@10 and recall@k, and how many queries' top-10 equal the first backend's (the reference: ``exact``).
+RR@10 and recall@k, and how many queries' top-10 and whole top-k (ids in rank order) equal the first backend's (the
+reference: ``exact``; ``pisa`` for the backends that score integer impacts, since at one scale it is brute force
+over the same quantized vectors, ``tests/test_index_pisa.py``).
 
     SPLADEKIT_CACHE=/tmp/bench/cache nice -n 10 python benchmarks/backends_scifact.py \\
         --model ../shared/models/splade-tiny-msmarco --data ../shared/data/scifact --split test \\
@@ -25,9 +27,9 @@ from spladekit.index import backend_class
 from spladekit.model.encoder import SparseEncoder
 
 
-def top10_agreement(reference: Run, other: Run) -> int:
-    """Queries whose 10 best documents (ids, in rank order) are the same in both runs."""
-    return sum(reference.ranking(query)[:10] == other.ranking(query)[:10] for query in reference.scores)
+def agreement(reference: Run, other: Run, depth: int | None = None) -> int:
+    """Queries whose ``depth`` best documents (all, when None; ids in rank order) are the same in both runs."""
+    return sum(reference.ranking(query)[:depth] == other.ranking(query)[:depth] for query in reference.scores)
 
 
 def main() -> None:
@@ -68,21 +70,24 @@ def main() -> None:
                 **result.metrics,
                 "build_seconds": result.timings["index_seconds"],
                 "search_ms_per_query": round(result.efficiency["search_ms_per_query"], 3),
-                "top10_equal_to_reference": top10_agreement(runs[backends[0]], runs[backend]),
+                "top10_equal_to_reference": agreement(runs[backends[0]], runs[backend], 10),
+                "run_equal_to_reference": agreement(runs[backends[0]], runs[backend]),
                 "queries": result.efficiency["queries"],
                 "docs": result.efficiency["docs"],
             }
         )
         print(json.dumps(rows[-1]), flush=True)
     measures = [name for name in rows[0] if "@" in name and int(name.split("@")[1]) <= args.k]  # R@1000 needs k=1000
-    print(f"\n| backend | {' | '.join(measures)} | build (s) | search ms/query | top-10 = {backends[0]} |")
-    print("|---|" + "---:|" * (len(measures) + 3))
+    reference = backends[0]
+    header = f"| backend | {' | '.join(measures)} | build (s) | search ms/query"
+    print(f"\n{header} | top-10 = {reference} | all = {reference} |")
+    print("|---|" + "---:|" * (len(measures) + 4))
     for row in rows:
         print(
             f"| {row['backend']} | "
             + " | ".join(f"{row[name]:.4f}" for name in measures)
             + f" | {row['build_seconds']:.2f} | {row['search_ms_per_query']:.2f} | "
-            f"{row['top10_equal_to_reference']}/{row['queries']} |"
+            f"{row['top10_equal_to_reference']}/{row['queries']} | {row['run_equal_to_reference']}/{row['queries']} |"
         )
     if args.json:
         args.json.write_text(

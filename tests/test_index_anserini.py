@@ -138,3 +138,23 @@ def test_anserinis_own_search_program_opens_the_saved_folder(tied, built, tmp_pa
     run = [line.split() for line in (tmp_path / "run").read_text().splitlines()]
     for i, (rows, _) in enumerate(brute_force(documents, queries, 100.0, 10)):
         assert [int(line[2]) for line in run if line[0] == str(i)] == rows
+
+
+def test_the_ciff_export_indexed_by_anserini_gives_the_same_run(tied, tmp_path):
+    """benchmarks/anserini_ciff.py on the tied collection: the CIFF's postings (token strings, integer impacts),
+    indexed by Anserini's IndexCollection, and the anserini backend over the vectors give one run, hit for hit."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "anserini_ciff.py"
+    spec = importlib.util.spec_from_file_location("anserini_ciff", script)
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    documents, queries = tied
+    Vectors(documents, [f"d{i}" for i in range(400)], {"model": "none"}).save(tmp_path / "vectors")
+    Vectors(queries, [f"q{i}" for i in range(30)]).save(tmp_path / "queries")
+    tokens = [f"w{v:03d}" for v in range(120)]
+    (tmp_path / "scratch").mkdir()
+    report = check.compare(tmp_path / "vectors", tmp_path / "queries", tokens, 100.0, 50, tmp_path / "scratch")
+    assert report["runs_equal_hit_for_hit"] == report["queries"] == 30 and report["hits"] > 30 * 40
