@@ -374,3 +374,66 @@ def evaluate(
     if processes is not None:
         distributed.teardown(processes)
     emit(payload, as_json, None, results_table(result))
+
+
+@app.command()
+def fidelity(
+    model: str = typer.Argument(..., help="Hub id or folder of a model (any model `evaluate` takes)."),
+    data: str = typer.Option(
+        ..., help="One collection: a BEIR folder, HF parquet folder or dataset id, or an ir_datasets id (no suites)."
+    ),
+    split: str = typer.Option("test", help="Qrels split."),
+    target: list[str] = typer.Option(
+        [],
+        "--target",
+        help="A target to measure, repeatable (default: all): lucene-9bit (Elasticsearch / OpenSearch rank_features, "
+        "ES sparse_vector), opensearch-byte (OpenSearch sparse_vector, swept over its ingest ceiling), qdrant-uint8, "
+        "qdrant-float16, impacts (CIFF / Anserini / PISA, swept over the scale), bmp (run on BMP).",
+    ),
+    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
+    tolerance: float = typer.Option(
+        0.001, min=0, help="Drift of a measure from float32 still counted as none (the sweep summary)."
+    ),
+    max_length: Optional[int] = typer.Option(
+        None, min=MIN_TOKEN_LIMIT, help="Token limit for documents, and for queries unless --query-max-length."
+    ),
+    query_max_length: Optional[int] = typer.Option(None, min=MIN_TOKEN_LIMIT, help="Token limit for queries."),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash the encoded corpus in $SPLADEKIT_CACHE."),
+    device: str = DEVICE,
+    bf16: bool = BF16,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    as_json: bool = JSON_FLAG,
+    output: Optional[Path] = JSON_OUTPUT,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --json-out file."),
+) -> None:
+    """What each engine's storage of the weights costs: the collection searched with the weights as Elasticsearch,
+    OpenSearch, Qdrant, CIFF/Anserini/PISA and BMP hold them: each measure's drift from exact float32, and the top-10
+    kept (docs/export.md)."""
+    from spladekit.data import load_collection
+    from spladekit.data.suites import SUITES
+    from spladekit.evaluation.fidelity import check_targets, fidelity_table
+    from spladekit.evaluation.fidelity import fidelity as measure_fidelity
+    from spladekit.model.loading import load_model
+
+    check_targets(target)
+    checked_device(device)
+    if data in SUITES:
+        raise SpladekitError(f"fidelity measures one collection, and {data} is a suite: name one of its collections")
+    with opened(output, folder=False, overwrite=overwrite) as staged:
+        collection = load_collection(data, split)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+        report = measure_fidelity(
+            encoder,
+            collection,
+            targets=target or None,
+            k=k,
+            max_length=max_length,
+            query_max_length=query_max_length,
+            batch_size=batch_size,
+            cache=cache,
+            tolerance=tolerance,
+        )
+        payload = {"model": model, "data": data, "split": split, **report.to_dict()}
+        write_json(staged, payload)
+    emit(payload, as_json, None, fidelity_table(report))
