@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("vectors", ["shards", "artifact", "encoding"]),
     ("index", ["params", "store", "base", "engine", "exact", "seismic", "bmp", "pisa", "anserini", "qdrant", "milvus"]),
-    ("evaluation", ["run", "result", "bm25", "evaluate", "fidelity", "cost", "baselines", "explain"]),
+    ("evaluation", ["run", "result", "bm25", "evaluate", "fidelity", "tuning", "cost", "baselines", "explain"]),
     ("train", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
     ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),

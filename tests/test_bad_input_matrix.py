@@ -407,6 +407,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "pisa parameter encoding=zip: must be one of block_simdbp",
     ),
     (
+        "index-anserini-scale-rounds-everything-away",
+        lambda t, w: ["index", w["vectors"], "--backend", "anserini", "--param", "scale=1e-6", "--output", t / "OUT"],
+        "anserini index: 100.0% of the 208 non-zero weights round to 0 at quantization scale 1e-06",
+    ),
+    (
         "index-unknown-backend",
         lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
         "unknown backend",
@@ -804,6 +809,71 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "'nobody/no-such-data' is not a folder, a suite or an ir_datasets id",
     ),
+    # fidelity
+    (
+        "fidelity-unknown-target",
+        lambda t, w: ["fidelity", w["model"], "--data", w["beir"], "--target", "int4", "--json-out", t / "OUT.json"],
+        "unknown fidelity target int4",
+    ),
+    (
+        "fidelity-suite",
+        lambda t, w: ["fidelity", w["model"], "--data", "beir13", "--json-out", t / "OUT.json"],
+        "is a suite",
+    ),
+    (
+        "fidelity-missing-data",
+        lambda t, w: ["fidelity", w["model"], "--data", t / "nope", "--json-out", t / "OUT.json"],
+        "nope: no such collection folder",
+    ),
+    (
+        "fidelity-negative-tolerance",
+        lambda t, w: ["fidelity", w["model"], "--data", w["beir"], "--tolerance", "-1", "--json-out", t / "OUT.json"],
+        "tolerance must be a finite number >= 0, got -1",
+    ),
+    # tune-index
+    (
+        "tune-index-unknown-parameter",
+        lambda t, w: ["tune-index", w["vectors"], "--query-vectors", w["vectors"], "--grid", "cut=1", "-o", t / "OUT"],
+        "seismic does not take cut",
+    ),
+    (
+        "tune-index-bad-value",
+        lambda t, w: [
+            "tune-index",
+            w["vectors"],
+            "--query-vectors",
+            w["vectors"],
+            "--grid",
+            "heap_factor=-1",
+            "-o",
+            t / "OUT",
+        ],
+        "seismic parameter heap_factor=-1",
+    ),
+    (
+        "tune-index-target-above-one",
+        lambda t, w: ["tune-index", w["vectors"], "--query-vectors", w["vectors"], "--target", "1.5", "-o", t / "OUT"],
+        "must be in (0, 1]",
+    ),
+    (
+        "tune-index-no-default-grid",
+        lambda t, w: [
+            "tune-index",
+            w["vectors"],
+            "--query-vectors",
+            w["vectors"],
+            "--backend",
+            "exact",
+            "-o",
+            t / "OUT",
+        ],
+        "no default grid for exact",
+    ),
+    (
+        "tune-index-queries-not-vectors",
+        lambda t, w: ["tune-index", w["vectors"], "--query-vectors", w["beir"], "-o", t / "OUT"],
+        "not a spladekit vectors folder",
+    ),
 ]
 
 
@@ -844,5 +914,6 @@ def test_the_matrix_covers_every_command():
     from spladekit.cli import app
 
     commands = {command.name or command.callback.__name__ for command in app.registered_commands}
-    covered = {name.split("-")[0] for name, _, _ in CASES}
+    covered = {command for command in commands if any(name.startswith(f"{command}-") for name, _, _ in CASES)}
     assert commands == covered, commands - covered
+    assert all(any(name.startswith(f"{command}-") for command in commands) for name, _, _ in CASES)

@@ -110,7 +110,10 @@ def test_cli_prints_the_table_and_writes_the_json(encoder, tmp_path, cli, monkey
     assert "lucene-9bit" in shown.stdout and "bmp" in shown.stdout and "drift from exact float32" in shown.stdout
     report = json.loads((tmp_path / "report.json").read_text())
     assert [row["target"] for row in report["rows"]] == ["lucene-9bit", "bmp"]
-    for bad, message in ((["--target", "int4"], "unknown fidelity target int4"), (["--tolerance", "-1"], "")):
+    for bad, message in (
+        (["--target", "int4"], "unknown fidelity target int4"),
+        (["--tolerance", "nan"], "tolerance must be a finite"),
+    ):
         failed = cli("fidelity", model, "--data", data, *bad)
         assert failed.returncode == 2 and message in failed.stderr
     suite = cli("fidelity", model, "--data", "beir13")

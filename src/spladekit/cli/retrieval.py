@@ -392,7 +392,7 @@ def fidelity(
     ),
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     tolerance: float = typer.Option(
-        0.001, min=0, help="Drift of a measure from float32 still counted as none (the sweep summary)."
+        0.001, help="Drift of a measure from float32 still counted as none (the sweep summary); >= 0."
     ),
     max_length: Optional[int] = typer.Option(
         None, min=MIN_TOKEN_LIMIT, help="Token limit for documents, and for queries unless --query-max-length."
@@ -412,11 +412,12 @@ def fidelity(
     kept (docs/export.md)."""
     from spladekit.data import load_collection
     from spladekit.data.suites import SUITES
-    from spladekit.evaluation.fidelity import check_targets, fidelity_table
+    from spladekit.evaluation.fidelity import check_targets, check_tolerance, fidelity_table
     from spladekit.evaluation.fidelity import fidelity as measure_fidelity
     from spladekit.model.loading import load_model
 
     check_targets(target)
+    check_tolerance(tolerance)
     checked_device(device)
     if data in SUITES:
         raise SpladekitError(f"fidelity measures one collection, and {data} is a suite: name one of its collections")
@@ -437,3 +438,97 @@ def fidelity(
         payload = {"model": model, "data": data, "split": split, **report.to_dict()}
         write_json(staged, payload)
     emit(payload, as_json, None, fidelity_table(report))
+
+
+def parse_grid(pairs: list[str]) -> dict[str, list[str]] | None:
+    """``["query_cut=5,10", "heap_factor=0.7"]`` → ``{"query_cut": ["5", "10"], "heap_factor": ["0.7"]}``."""
+    if not pairs:
+        return None
+    grid = {}
+    for pair in pairs:
+        name, sep, values = pair.partition("=")
+        if not sep or not name or not values:
+            raise SpladekitError(f"--grid expects NAME=V1,V2,…, got {pair!r}")
+        grid[name] = values.split(",")
+    return grid
+
+
+@app.command("tune-index")
+def tune_index(
+    vectors: Path = typer.Argument(..., help="Document vectors folder (`spladekit encode`): the model's own vectors."),
+    query_vectors: Path = typer.Option(..., help="Query vectors folder (`spladekit encode --side query`)."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        help="Folder to write: tuning.json (every point, the frontier, the choice per target), frontier.png and, "
+        "unless --no-index, index/ built with the choice for --index-target. Written atomically.",
+    ),
+    backend: str = typer.Option(
+        "seismic", help="Backend to tune: seismic, bmp or pisa (default grids), or any with --grid."
+    ),
+    grid: list[str] = typer.Option(
+        [],
+        "--grid",
+        help="NAME=V1,V2,… repeatable: the values of one parameter to try (default: spladekit.evaluation.tuning.GRIDS; "
+        "seismic: n_postings, summary_energy, query_cut, heap_factor; bmp: bsize, alpha, beta; pisa: block_size, "
+        "algorithm). Every combination is tried.",
+    ),
+    k: int = typer.Option(10, "--hits", min=1, help="Recall is recall@K of the exact top-K."),
+    target: list[float] = typer.Option([], "--target", help="Recall targets, repeatable (default: 0.90 0.95 0.99)."),
+    index_target: float = typer.Option(0.95, help="The target whose fastest configuration builds index/."),
+    write_index: bool = typer.Option(
+        True, "--index/--no-index", help="Build index/ with the choice for --index-target."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+    as_json: bool = JSON_FLAG,
+) -> None:
+    """Sweep a backend's build and search parameters on your vectors and queries: µs/query (one thread) and
+    recall@k against exact search, the recall-latency frontier, and the fastest configuration per recall target."""
+    from spladekit.evaluation.tuning import TARGETS, check_grid, plot_frontier, tune
+    from spladekit.vectors.artifact import Vectors
+
+    targets = tuple(target) or TARGETS
+    parsed = parse_grid(grid)
+    check_grid(backend, parsed)  # before reading anything
+    if not all(0 < value <= 1 for value in (*targets, index_target)):
+        raise SpladekitError("recall targets (--target, --index-target) must be in (0, 1]")
+    if write_index and index_target not in targets:
+        raise SpladekitError(
+            f"--index-target {index_target:g} is not one of the targets {', '.join(map(str, targets))}"
+        )
+    with opened(output, folder=True, overwrite=overwrite) as staged:
+        documents, queries = Vectors.load(vectors), Vectors.load(query_vectors)
+        if documents.vocab_size != queries.vocab_size:
+            raise SpladekitError(
+                f"{query_vectors}: {queries.vocab_size} dimensions, the documents {documents.vocab_size} "
+                "(encode both with one model)"
+            )
+        tuning = tune(documents.matrix, queries.matrix, backend, parsed, k=k, targets=targets)
+        report = {"vectors": str(vectors), "query_vectors": str(query_vectors), **tuning.to_dict()}
+        plot_frontier(tuning, staged / "frontier.png")
+        chosen = tuning.chosen().get(f"{index_target:g}")
+        report["index"] = None
+        if write_index and chosen is not None:
+            with backend_class(backend).build(documents.matrix, **chosen.build, **chosen.search) as searcher:
+                searcher.doc_ids = documents.ids
+                searcher.save(
+                    staged / "index",
+                    meta={"vectors": str(vectors), "model": documents.meta.get("model"), "tuning": report["chosen"]}
+                    | {"tuned_for_recall": index_target},
+                )
+            report["index"] = str(output / "index")
+        write_json(staged / "tuning.json", report)
+    lines = [f"{backend}: {len(tuning.points)} configurations on {tuning.docs:,} documents, {tuning.queries:,} queries"]
+    for name, point in tuning.chosen().items():
+        lines.append(
+            f"  recall@{k} >= {name}: "
+            + (
+                "not reached"
+                if point is None
+                else f"{point.us_per_query:,.0f} µs/query, recall {point.recall:.4f}, {point.build | point.search}"
+            )
+        )
+    if write_index:
+        lines.append(f"index for {index_target:g}: {report['index'] or 'not built (target not reached)'}")
+    emit(report, as_json, None, "\n".join(lines + [f"-> {output}"]))

@@ -213,6 +213,11 @@ def check_targets(names: list[str] | None) -> list[Target]:
     return [TARGETS[name] for name in names]
 
 
+def check_tolerance(tolerance: float) -> None:
+    if not np.isfinite(tolerance) or tolerance < 0:
+        raise SpladekitError(f"tolerance must be a finite number >= 0, got {tolerance:g}")
+
+
 def fidelity(
     encoder: RetrievalModel,
     collection: Collection,
@@ -228,8 +233,7 @@ def fidelity(
     """Encode ``collection`` once (the evaluation cache), search it exactly in float32 and as each target holds the
     weights, and report the drift of the collection's measures (see the module)."""
     chosen = check_targets(targets)
-    if not np.isfinite(tolerance) or tolerance < 0:
-        raise SpladekitError(f"tolerance must be a finite number >= 0, got {tolerance}")
+    check_tolerance(tolerance)
     collection = reconcile(collection)
     document_limit = encoder.side_max_length("document", max_length)
     query_limit = encoder.side_max_length("query", query_max_length or max_length)
