@@ -54,8 +54,13 @@ def _no_temporary_state_left(tmp_path_factory):
     else:
         os.environ["TMPDIR"] = saved[0]
     tempfile.tempdir = saved[1]
-    # torchrun's own log folders (torchelastic_*, made by torch.distributed.elastic for every launch) are torch's
-    left = sorted(path.name for path in Path(folder).iterdir() if not path.name.startswith("torchelastic_"))
+    # torchrun's own log folders (torchelastic_*, made by torch.distributed.elastic for every launch) are torch's;
+    # .ses is onnxruntime's (importing it writes a session id to $TMPDIR/.ses)
+    left = sorted(
+        path.name
+        for path in Path(folder).iterdir()
+        if not path.name.startswith("torchelastic_") and path.name != ".ses"
+    )
     shutil.rmtree(folder, ignore_errors=True)
     assert not left, f"temporary state left behind by the suite: {left}"
 

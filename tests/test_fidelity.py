@@ -123,3 +123,13 @@ def test_cli_prints_the_table_and_writes_the_json(encoder, tmp_path, cli, monkey
 def test_every_target_is_documented_in_the_module():
     for name in TARGETS:
         assert f"``{name}``" in (fidelity_module.__doc__ or "")
+
+
+def test_onnx_int8_re_encodes_through_the_quantized_graph_only_when_named(encoder, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    collection = load_collection(write_beir(tmp_path / "mini"))
+    assert "onnx-int8" not in [target.name for target in fidelity_module.check_targets(None)]
+    report = fidelity(encoder, collection, targets=["onnx-int8"], max_length=64, show_progress=False)
+    (row,) = report.rows
+    assert row["target"] == "onnx-int8" and row["queries"] == 4 and set(row["drift"]) == set(report.reference)
+    assert all(abs(drift) < 0.5 for drift in row["drift"].values())  # the same model, 8-bit weights

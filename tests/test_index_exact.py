@@ -186,7 +186,7 @@ def test_loading_with_the_wrong_backend_class_is_refused(tmp_path):
 def test_unknown_backend_or_parameter_is_a_clear_error():
     documents = zipf_matrix(10, 20, 4, seed=7)
     with pytest.raises(
-        SpladekitError, match="unknown backend .faiss.; choose one of exact, seismic, bmp, pisa, qdrant"
+        SpladekitError, match="unknown backend .faiss.; choose one of exact, seismic, bmp, pisa, anserini, qdrant"
     ):
         build_index(documents, "faiss")
     with pytest.raises(SpladekitError, match="seismic does not take bogus; it takes: n_postings"):

@@ -388,7 +388,8 @@ def fidelity(
         "--target",
         help="A target to measure, repeatable (default: all): lucene-9bit (Elasticsearch / OpenSearch rank_features, "
         "ES sparse_vector), opensearch-byte (OpenSearch sparse_vector, swept over its ingest ceiling), qdrant-uint8, "
-        "qdrant-float16, impacts (CIFF / Anserini / PISA, swept over the scale), bmp (run on BMP).",
+        "qdrant-float16, impacts (CIFF / Anserini / PISA, swept over the scale), bmp (run on BMP); onnx-int8 (the int8 "
+        "ONNX graph: re-encodes the collection, only when named).",
     ),
     k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
     tolerance: float = typer.Option(

@@ -19,6 +19,9 @@ measure's drift from float32 and how much of each query's top-10 is kept:
   round to 0 are dropped). Swept: S.
 * ``bmp`` — run on BMP itself (``--backend bmp`` at alpha = beta = 1, which is rank-safe): its 8-bit,
   overflow-safe document impacts and its own query quantization.
+* ``onnx-int8`` — not a storage but a model change: the collection encoded again through the dynamically quantized
+  int8 ONNX graph (``spladekit export --format onnx --int8``), searched exactly. Only when named (it re-encodes the
+  whole collection, without the cache).
 
 For a swept target the report lists the values tried whose every measure of the collection (nDCG@10, RR@10, R@1000)
 stays within ``tolerance`` (0.001) of float32, and the smallest value from which every larger one tried does too —
@@ -118,7 +121,7 @@ class Target:
     setting: str | None = None
     default: float = 0.0
     sweep: tuple[float, ...] = ()
-    on_engine: bool = False  # searched on the engine itself (bmp) rather than through the maps
+    kind: str = "maps"  # "maps": exact search through the maps; "bmp": on BMP itself; "onnx-int8": re-encoded
 
 
 TARGETS = {
@@ -150,9 +153,13 @@ TARGETS = {
             100.0,
             (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0),
         ),
-        Target("bmp", "BMP (8-bit, overflow-safe scale; run on bmp)", unchanged, unchanged, on_engine=True),
+        Target("bmp", "BMP (8-bit, overflow-safe scale; run on bmp)", unchanged, unchanged, kind="bmp"),
+        Target(
+            "onnx-int8", "the int8 ONNX graph (export --format onnx --int8)", unchanged, unchanged, kind="onnx-int8"
+        ),
     )
 }
+ONLY_WHEN_NAMED = ("onnx-int8",)  # re-encodes the whole collection
 
 
 @dataclass
@@ -205,8 +212,9 @@ def top10_kept(reference: np.ndarray, other: np.ndarray) -> tuple[float, int]:
 
 
 def check_targets(names: list[str] | None) -> list[Target]:
+    """The named targets (default: all but :data:`ONLY_WHEN_NAMED`); SpladekitError for an unknown name."""
     if not names:
-        return list(TARGETS.values())
+        return [target for name, target in TARGETS.items() if name not in ONLY_WHEN_NAMED]
     unknown = [name for name in names if name not in TARGETS]
     if unknown:
         raise SpladekitError(f"unknown fidelity target {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
@@ -251,16 +259,18 @@ def fidelity(
     for target in chosen:
         for value in target.sweep or (None,):
             setting = 0.0 if value is None else value
-            if target.on_engine:
-                try:
+            try:
+                if target.kind == "bmp":
                     with BmpSearcher.build(documents) as engine:
                         found = engine.search(queries, k=depth)
-                except SpladekitError as error:  # e.g. a vocabulary over BMP's 65,535 terms
-                    report.rows.append({"target": target.name, "engines": target.engines, "error": str(error)})
-                    continue
-            else:
-                held = ExactSearcher.build(target.documents(documents, setting))
-                found = held.search(target.queries(queries, setting), k=depth)
+                elif target.kind == "onnx-int8":
+                    found = _onnx_int8_search(encoder, collection, document_limit, query_limit, batch_size, depth)
+                else:
+                    held = ExactSearcher.build(target.documents(documents, setting))
+                    found = held.search(target.queries(queries, setting), k=depth)
+            except SpladekitError as error:  # e.g. a vocabulary over BMP's 65,535 terms, a model ONNX cannot export
+                report.rows.append({"target": target.name, "engines": target.engines, "error": str(error)})
+                continue
             metrics, rows = scored(found)
             kept, same = top10_kept(reference_rows, rows)
             report.rows.append(
@@ -278,6 +288,26 @@ def fidelity(
                 }
             )
     return report
+
+
+def _onnx_int8_search(
+    encoder: RetrievalModel, collection: Collection, document_limit: int, query_limit: int, batch_size: int, depth: int
+) -> Any:
+    """The collection encoded again through the int8 ONNX export of ``encoder``, searched exactly."""
+    import tempfile
+
+    from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.inference_free import InferenceFreeEncoder
+    from spladekit.model.onnx import OnnxEncoder, export_onnx
+
+    if not isinstance(encoder, (SparseEncoder, InferenceFreeEncoder)):
+        raise SpladekitError("onnx-int8 needs a spladekit model to export (not an ONNX folder)")
+    with tempfile.TemporaryDirectory(prefix="spladekit-fidelity-") as scratch:
+        export_onnx(encoder, scratch, quantize="int8")
+        graph = OnnxEncoder(scratch)
+        documents = graph.encode_document(collection.corpus.texts, batch_size, document_limit, show_progress=False)
+        queries = graph.encode_query(collection.queries.texts, batch_size, query_limit, show_progress=False)
+    return ExactSearcher.build(documents).search(queries, k=depth)
 
 
 def fidelity_table(report: FidelityReport) -> str:
