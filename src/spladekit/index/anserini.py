@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.sparse import best_first, check_rounded_away, quantize
-from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.base import FolderSearcher, SearchResult, check_documents
 from spladekit.index.params import Param
 
 JAR_VARIABLE = "SPLADEKIT_ANSERINI_JAR"
@@ -133,24 +133,10 @@ def _query_line(qid: int, terms: np.ndarray, impacts: np.ndarray) -> str:
     return f"{qid}\t{' '.join(' '.join([str(term)] * int(impact)) for term, impact in zip(terms, impacts))}\n"
 
 
-class AnseriniSearcher(Searcher):
+class AnseriniSearcher(FolderSearcher):
     name = "anserini"
     summary = "Anserini's Lucene impact index (Java 21+), integer impacts x scale"
     declared_params = PARAMS
-
-    def __init__(
-        self,
-        folder: Path,
-        vocab_size: int,
-        n_docs: int,
-        params: dict,
-        staging: tempfile.TemporaryDirectory[str] | None = None,
-    ) -> None:
-        self._staging = staging  # a freshly built index lives here as long as the searcher
-        self.folder = folder
-        self.vocab_size = vocab_size
-        self.n_docs = n_docs
-        self.params = params
 
     @classmethod
     def build(cls, documents: sp.csr_matrix, **params: Any) -> AnseriniSearcher:
@@ -202,12 +188,6 @@ class AnseriniSearcher(Searcher):
         shutil.rmtree(collection)
         (index / "write.lock").unlink(missing_ok=True)
         return vocab_size, n_docs
-
-    def close(self) -> None:
-        """Remove a freshly built index's temporary folder (a saved copy stays)."""
-        if self._staging is not None:
-            self._staging.cleanup()
-            self._staging = None
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """``params``: threads (default: the index's). Scores: ``Σ q̂_v d̂_v / scale²``."""

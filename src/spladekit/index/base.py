@@ -1,9 +1,10 @@
-"""The one interface every search backend implements (exact, seismic, bmp, pisa, qdrant, milvus)."""
+"""The one interface every search backend implements (exact, seismic, bmp, pisa, anserini, qdrant, milvus)."""
 
 from __future__ import annotations
 
 import abc
 import json
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,6 +204,31 @@ class Searcher(abc.ABC):
         if queries.nnz and (not np.isfinite(queries.data).all() or queries.data.min() < 0):
             raise SpladekitError("query vectors must be finite and non-negative (SPLADE weights are >= 0)")
         return queries
+
+
+class FolderSearcher(Searcher):
+    """A backend whose index is a folder of the engine's own files (pisa, anserini): a fresh build keeps it in a
+    temporary ``staging`` folder as long as the searcher, or until ``close``; a loaded index is read in place."""
+
+    def __init__(
+        self,
+        folder: Path,
+        vocab_size: int,
+        n_docs: int,
+        params: dict,
+        staging: tempfile.TemporaryDirectory[str] | None = None,
+    ) -> None:
+        self._staging = staging
+        self.folder = folder
+        self.vocab_size = vocab_size
+        self.n_docs = n_docs
+        self.params = params
+
+    def close(self) -> None:
+        """Remove a fresh build's temporary folder (a saved copy stays)."""
+        if self._staging is not None:
+            self._staging.cleanup()
+            self._staging = None
 
 
 def check_documents(documents: sp.csr_matrix) -> sp.csr_matrix:

@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sparse import best_first, check_rounded_away, quantize
-from spladekit.index.base import Searcher, SearchResult, check_documents
+from spladekit.index.base import FolderSearcher, SearchResult, check_documents
 from spladekit.index.params import Param
 
 logger = logging.getLogger("spladekit")
@@ -258,7 +258,7 @@ def _row_slices(matrix: sp.csr_matrix, rows: int) -> Iterator[sp.csr_matrix]:
         yield matrix[start : start + rows]
 
 
-class PisaSearcher(Searcher):
+class PisaSearcher(FolderSearcher):
     name = "pisa"
     summary = "PISA: MaxScore / block-max WAND over quantized impacts, rank-safe"
     declared_params = PARAMS
@@ -271,11 +271,7 @@ class PisaSearcher(Searcher):
         params: dict,
         staging: tempfile.TemporaryDirectory[str] | None = None,
     ) -> None:
-        self._staging = staging  # a freshly built index lives here as long as the searcher
-        self.folder = folder
-        self.vocab_size = vocab_size
-        self.n_docs = n_docs
-        self.params = params
+        super().__init__(folder, vocab_size, n_docs, params, staging)
         self.names = term_names(vocab_size)
         self.context = _pisathon().RetrievalContext()
         with _native_output_to_log():
