@@ -42,6 +42,9 @@ def test_rank_safe_pisa_recalls_everything_and_pruned_seismic_does_not(collectio
     seismic = tune(documents, queries, "seismic", {"query_cut": [1, 10], "heap_factor": [0.5]}, show_progress=False)
     recalls = {point.search["query_cut"]: point.recall for point in seismic.points}
     assert recalls[1] < 0.9 < recalls[10] and all(point.us_per_query > 0 for point in seismic.points)
+    assert seismic.exact_us_per_query > 0 and seismic.to_dict()["exact_us_per_query"] == seismic.exact_us_per_query
+    with pytest.raises(SpladekitError, match="repeats must be an integer >= 1"):
+        tune(documents, queries, "pisa", {"algorithm": ["maxscore"]}, repeats=0)
 
 
 def test_grids_are_checked_by_the_backends_declarations():

@@ -478,6 +478,7 @@ def tune_index(
     k: int = typer.Option(10, "--hits", min=1, help="Recall is recall@K of the exact top-K."),
     target: list[float] = typer.Option([], "--target", help="Recall targets, repeatable (default: 0.90 0.95 0.99)."),
     index_target: float = typer.Option(0.95, help="The target whose fastest configuration builds index/."),
+    repeats: int = typer.Option(3, min=1, help="Timed passes over the queries per configuration (the best counts)."),
     write_index: bool = typer.Option(
         True, "--index/--no-index", help="Build index/ with the choice for --index-target."
     ),
@@ -505,7 +506,7 @@ def tune_index(
                 f"{query_vectors}: {queries.vocab_size} dimensions, the documents {documents.vocab_size} "
                 "(encode both with one model)"
             )
-        tuning = tune(documents.matrix, queries.matrix, backend, parsed, k=k, targets=targets)
+        tuning = tune(documents.matrix, queries.matrix, backend, parsed, k=k, targets=targets, repeats=repeats)
         report = {"vectors": str(vectors), "query_vectors": str(query_vectors), **tuning.to_dict()}
         plot_frontier(tuning, staged / "frontier.png")
         chosen = tuning.chosen().get(f"{index_target:g}")
@@ -520,7 +521,10 @@ def tune_index(
                 )
             report["index"] = str(output / "index")
         write_json(staged / "tuning.json", report)
-    lines = [f"{backend}: {len(tuning.points)} configurations on {tuning.docs:,} documents, {tuning.queries:,} queries"]
+    lines = [
+        f"{backend}: {len(tuning.points)} configurations on {tuning.docs:,} documents, {tuning.queries:,} queries; "
+        f"exact search: {tuning.exact_us_per_query:,.0f} µs/query (one thread)"
+    ]
     for name, point in tuning.chosen().items():
         lines.append(
             f"  recall@{k} >= {name}: "
