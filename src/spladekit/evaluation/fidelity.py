@@ -264,7 +264,8 @@ def fidelity(
                     with BmpSearcher.build(documents) as engine:
                         found = engine.search(queries, k=depth)
                 elif target.kind == "onnx-int8":
-                    found = _onnx_int8_search(encoder, collection, document_limit, query_limit, batch_size, depth)
+                    limits = (document_limit, query_limit)
+                    found = _onnx_int8_search(encoder, collection, limits, batch_size, depth, show_progress)
                 else:
                     held = ExactSearcher.build(target.documents(documents, setting))
                     found = held.search(target.queries(queries, setting), k=depth)
@@ -291,7 +292,12 @@ def fidelity(
 
 
 def _onnx_int8_search(
-    encoder: RetrievalModel, collection: Collection, document_limit: int, query_limit: int, batch_size: int, depth: int
+    encoder: RetrievalModel,
+    collection: Collection,
+    limits: tuple[int, int],
+    batch_size: int,
+    depth: int,
+    show_progress: bool,
 ) -> Any:
     """The collection encoded again through the int8 ONNX export of ``encoder``, searched exactly."""
     import tempfile
@@ -305,8 +311,8 @@ def _onnx_int8_search(
     with tempfile.TemporaryDirectory(prefix="spladekit-fidelity-") as scratch:
         export_onnx(encoder, scratch, quantize="int8")
         graph = OnnxEncoder(scratch)
-        documents = graph.encode_document(collection.corpus.texts, batch_size, document_limit, show_progress=False)
-        queries = graph.encode_query(collection.queries.texts, batch_size, query_limit, show_progress=False)
+        documents = graph.encode_document(collection.corpus.texts, batch_size, limits[0], show_progress)
+        queries = graph.encode_query(collection.queries.texts, batch_size, limits[1], show_progress)
     return ExactSearcher.build(documents).search(queries, k=depth)
 
 
