@@ -3,6 +3,7 @@ and the rescale record read strictly."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -14,7 +15,8 @@ import scipy.sparse as sp
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.common.errors import InputError
+from spladekit.common.errors import InputError, SpladekitError
+from spladekit.model.encoder import length_groups
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 
@@ -30,6 +32,54 @@ def test_padding_and_batch_size_invariance(arch, tiny_model_dirs):
         batched = encoder.encode(TEXTS, batch_size=batch_size, show_progress=False).toarray()
         np.testing.assert_allclose(batched, alone, atol=1e-5)
         assert np.array_equal(batched > 0, alone > 0)
+
+
+@pytest.mark.parametrize("arch", ["bert", "distilbert", "albert", "roberta", "modernbert", "ettin", "gte"])
+def test_length_grouped_forward_gives_the_padded_batchs_vectors_and_gradients(arch, tiny_model_dirs):
+    """Texts cut by length into groups, each padded to its own longest (RoBERTa's position offset, ModernBERT's
+    own unpadding and GTE's remote code included): the same vectors, the same gradients, the same real tokens."""
+    encoder = load(tiny_model_dirs[arch], arch)
+    texts = TEXTS * 3  # lengths 2 to 21 tokens, repeated: groups hold texts of several rows
+    results = {}
+    for groups in (1, 3, 100):
+        encoder.zero_grad()
+        vectors, tokens = encoder.forward_texts(texts, 32, groups)
+        (vectors * torch.linspace(0.5, 1.5, vectors.shape[1])).sum().backward()
+        grads = [p.grad.clone() for p in encoder.parameters() if p.grad is not None]
+        results[groups] = vectors.detach(), tokens, grads
+    padded, padded_tokens, padded_grads = results[1]
+    for groups in (3, 100):
+        vectors, tokens, grads = results[groups]
+        assert tokens == padded_tokens
+        torch.testing.assert_close(vectors, padded, atol=1e-5, rtol=1e-5)
+        assert len(grads) == len(padded_grads)
+        for grad, expected in zip(grads, padded_grads):
+            torch.testing.assert_close(grad, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_length_groups_pad_fewest_tokens():
+    rng = np.random.default_rng(0)
+
+    def padded(parts, lengths):
+        return sum(len(part) * lengths[part].max() for part in parts)
+
+    def best_by_enumeration(lengths, groups):  # every cut of the sorted lengths into at most ``groups`` runs
+        ordered = np.sort(lengths)
+        best = len(ordered) * ordered[-1]
+        for k in range(1, groups):
+            for cuts in itertools.combinations(range(1, len(ordered)), k):
+                bounds = (0, *cuts, len(ordered))
+                best = min(best, sum((b - a) * ordered[b - 1] for a, b in zip(bounds, bounds[1:])))
+        return best
+
+    for _ in range(30):
+        lengths = rng.integers(1, 60, size=int(rng.integers(1, 9)))
+        groups = int(rng.integers(1, 5))
+        parts = length_groups(lengths, groups)
+        assert sorted(np.concatenate(parts).tolist()) == list(range(len(lengths))) and len(parts) <= groups
+        assert padded(parts, lengths) == best_by_enumeration(lengths, groups)
+    with pytest.raises(SpladekitError, match="length groups must be an integer >= 1"):
+        length_groups(np.array([3, 4]), 0)
 
 
 def test_tiny_tokenizer_knows_the_test_words(tiny_model_dirs):

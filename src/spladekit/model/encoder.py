@@ -152,6 +152,35 @@ def _smaller_batch(batch_size: int, device: torch.device) -> int:
     return smaller
 
 
+def length_groups(lengths: np.ndarray, groups: int) -> list[np.ndarray]:
+    """Positions of ``lengths`` cut into at most ``groups`` groups of consecutive lengths (sorted), the cut that
+    pads fewest tokens: minimises Σ_g |g| · max(g) by dynamic programming over the sorted lengths (O(groups · n²)
+    numpy work; n is one batch's texts)."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise SpladekitError(f"length groups must be an integer >= 1, got {groups!r}")
+    order = np.argsort(lengths, kind="stable")
+    ordered = np.asarray(lengths)[order].astype(np.int64)
+    n = len(ordered)
+    starts = np.arange(n)
+    best = np.concatenate([[0], np.full(n, np.iinfo(np.int64).max // 4)])  # best[j]: first j texts, 0 groups
+    cuts = []
+    for _ in range(min(groups, n)):
+        new, cut = best.copy(), np.zeros(n + 1, dtype=np.int64)
+        for end in range(1, n + 1):  # a group of texts start..end-1 padded to ordered[end - 1]
+            costs = best[:end] + (end - starts[:end]) * ordered[end - 1]
+            cut[end] = int(np.argmin(costs))
+            new[end] = costs[cut[end]]
+        cuts.append(cut)
+        best = new
+    bounds, end = [], n
+    for cut in reversed(cuts):
+        if end == 0:
+            break
+        bounds.append((int(cut[end]), end))
+        end = int(cut[end])
+    return [order[start:stop] for start, stop in reversed(bounds) if stop > start]
+
+
 class SparseEncoder(nn.Module):
     """SPLADE encoder over any ``AutoModelForMaskedLM``.
 
@@ -343,6 +372,29 @@ class SparseEncoder(nn.Module):
         """Differentiable SPLADE vectors, B × V."""
         hidden, projection = self.head_inputs(batch)
         return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, batch["attention_mask"])
+
+    def forward_texts(
+        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1
+    ) -> tuple[torch.Tensor, int]:
+        """Differentiable B × V vectors of ``texts`` (in order) and the real tokens read: one padded batch
+        (``groups=1``), or the texts cut by token length into at most ``groups`` batches (:func:`length_groups`),
+        each padded only to its own longest text. Every text is encoded on its own either way (positions, masks
+        and pooling are per text), so the vectors are the same up to float rounding; fewer padded tokens go
+        through the backbone and the head."""
+        if groups == 1:
+            batch = self.tokenize(list(texts), max_length)
+            return self(batch), int(batch["attention_mask"].sum())
+        encodings = self.tokenizer(list(texts), truncation=True, max_length=self.token_limit(max_length))
+        lengths = np.array([len(ids) for ids in encodings["input_ids"]])
+        parts, order = [], []
+        for members in length_groups(lengths, groups):
+            features = {name: [encodings[name][i] for i in members] for name in self._input_names if name in encodings}
+            padded = self.tokenizer.pad(features, return_tensors="pt")
+            parts.append(self({name: padded[name].to(self.device) for name in features}))
+            order.extend(members.tolist())
+        inverse = torch.empty(len(order), dtype=torch.long, device=self.device)
+        inverse[torch.tensor(order, device=self.device)] = torch.arange(len(order), device=self.device)
+        return torch.cat(parts)[inverse], int(lengths.sum())
 
     def encode(
         self,

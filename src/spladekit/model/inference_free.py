@@ -436,6 +436,12 @@ class InferenceFreeEncoder(nn.Module):
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         return self.document_encoder.tokenize(texts, max_length)
 
+    def forward_texts(
+        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1
+    ) -> tuple[torch.Tensor, int]:
+        """Differentiable document vectors and the real tokens read (the document encoder's ``forward_texts``)."""
+        return self.document_encoder.forward_texts(texts, max_length, groups)
+
     def encode_document(
         self,
         texts: str | Sequence[str],

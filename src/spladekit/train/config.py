@@ -81,6 +81,9 @@ class OptimizationConfig:
     warmup_steps: int = allowed(100, minimum=0)
     max_grad_norm: float | None = allowed(1.0, minimum=0, exclusive=True)  # None: no clipping
     bf16: bool = False
+    # each side of a (micro-)batch cut by token length into at most this many forward passes, each padded only to
+    # its own longest text (SparseEncoder.forward_texts): less compute on padding, the same vectors; 1: one pass
+    length_groups: int = allowed(1, minimum=1)
 
 
 @dataclass

@@ -35,6 +35,7 @@ class StepSettings:
     bf16: bool
     loss: str
     regularizer: str
+    length_groups: int = 1
 
     @classmethod
     def of(cls, config: TrainConfig) -> StepSettings:
@@ -45,6 +46,7 @@ class StepSettings:
             config.optimization.bf16,
             config.loss.name,
             config.regularizer.name,
+            config.optimization.length_groups,
         )
 
 
@@ -78,13 +80,11 @@ def encode_examples(
         if isinstance(encoder, InferenceFreeEncoder):
             queries = encoder.query_forward(texts, settings.query_max_length)
         else:
-            query_batch = encoder.tokenize(texts, settings.query_max_length)
-            tokens += int(query_batch["attention_mask"].sum())
-            queries = encoder(query_batch)
+            queries, read = encoder.forward_texts(texts, settings.query_max_length, settings.length_groups)
+            tokens += read
         documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
-        doc_batch = encoder.tokenize(documents, settings.doc_max_length)
-        tokens += int(doc_batch["attention_mask"].sum())
-        docs = encoder(doc_batch)
+        docs, read = encoder.forward_texts(documents, settings.doc_max_length, settings.length_groups)
+        tokens += read
     b = len(examples)
     return Encoded(queries.float(), docs[:b].float(), docs[b:].float().view(b, settings.negatives, -1), tokens)
 
