@@ -12,7 +12,9 @@ sentence-transformers, side by side, each configuration in its own fresh process
 * **Training step**: spladekit encodes queries and passages (``SparseEncoder.forward_texts`` with
   ``--length-groups`` groups; 1 = one padded batch), InfoNCE over in-batch passages + FLOPS on both sides, AdamW;
   sentence-transformers runs its ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` with the same FLOPS weights.
-* **Encoding**: ``--encode-docs`` passages at batch 32, both tools sorting by length.
+* **Encoding**: ``--encode-docs`` passages at batch 32, both tools sorting by length. The encode pass runs after the
+  training steps, on the weights they left: its measured active terms per passage (reported) fall below the
+  calibrated level (a few AdamW steps at random init move the logits), and it does not use ``--length-groups``.
 
 Each configuration runs in a subprocess: one warm-up step, then ``--steps`` timed steps (and one encode pass); the
 configurations alternate ``--rounds`` times and the best round counts. Reported: steps/s, real tokens/s, docs/s, peak
