@@ -28,7 +28,7 @@ import numpy as np
 from spladekit.common.sparse import quantize
 from spladekit.export.ciff import export_ciff
 from spladekit.export.search_engine import vocabulary_tokens
-from spladekit.index.anserini import ROW_NAME, AnseriniSearcher, run_anserini
+from spladekit.index.anserini import ROW_NAME, AnseriniSearcher, query_line, run_anserini
 from spladekit.vectors.artifact import Vectors
 
 
@@ -53,15 +53,13 @@ def ciff_as_json_vectors(ciff: Path, output: Path) -> int:
 def search_ciff_index(index: Path, queries: Vectors, tokens: list[str], scale: float, k: int, scratch: Path) -> dict:
     """Anserini's SearchCollection over route 2's index: query row -> [(document row, integer score)]."""
     impacts = quantize(queries.matrix, scale, dtype=np.int64)
+    names = np.array(tokens, dtype=object)
     topics = scratch / "topics.tsv"
     with topics.open("w", encoding="utf-8") as handle:
         for row in range(impacts.shape[0]):
             low, high = impacts.indptr[row], impacts.indptr[row + 1]
             if high > low:
-                terms = [
-                    " ".join([tokens[v]] * int(w)) for v, w in zip(impacts.indices[low:high], impacts.data[low:high])
-                ]
-                handle.write(f"{row}\t{' '.join(terms)}\n")
+                handle.write(query_line(row, names[impacts.indices[low:high]], impacts.data[low:high]))
     run = scratch / "ciff-run.trec"
     run_anserini(
         "io.anserini.search.SearchCollection",

@@ -127,9 +127,7 @@ def test_anserinis_own_search_program_opens_the_saved_folder(tied, built, tmp_pa
     topics = tmp_path / "topics.tsv"
     impacts = anserini_module.quantize(queries, 100.0, dtype=np.int64)
     topics.write_text(
-        "".join(
-            anserini_module._query_line(i, impacts[i].indices, impacts[i].data) for i in range(30) if impacts[i].nnz
-        )
+        "".join(anserini_module.query_line(i, impacts[i].indices, impacts[i].data) for i in range(30) if impacts[i].nnz)
     )
     command = [anserini_module.find_java(), "-cp", str(anserini_module.find_jar())]
     command += ["io.anserini.search.SearchCollection", "-index", str(tmp_path / "index"), "-topics", str(topics)]

@@ -516,8 +516,12 @@ def tune_index(
                 searcher.doc_ids = documents.ids
                 searcher.save(
                     staged / "index",
-                    meta={"vectors": str(vectors), "model": documents.meta.get("model"), "tuning": report["chosen"]}
-                    | {"tuned_for_recall": index_target},
+                    meta={
+                        "vectors": str(vectors),
+                        "model": documents.meta.get("model"),
+                        "tuning": report["chosen"],
+                        "tuned_for_recall": index_target,
+                    },
                 )
             report["index"] = str(output / "index")
         write_json(staged / "tuning.json", report)

@@ -129,7 +129,8 @@ def _vector_lines(impacts: sp.csr_matrix, first_row: int) -> str:
     return "".join(lines)
 
 
-def _query_line(qid: int, terms: np.ndarray, impacts: np.ndarray) -> str:
+def query_line(qid: int, terms: np.ndarray, impacts: np.ndarray) -> str:
+    """One TsvInt topic: the query id, then each term (id or token string) repeated by its integer impact."""
     return f"{qid}\t{' '.join(' '.join([str(term)] * int(impact)) for term, impact in zip(terms, impacts))}\n"
 
 
@@ -235,7 +236,7 @@ class AnseriniSearcher(FolderSearcher):
                 with topics.open("w", encoding="utf-8") as handle:
                     for row in asked:
                         low, high = impacts.indptr[row], impacts.indptr[row + 1]
-                        handle.write(_query_line(row, impacts.indices[low:high], impacts.data[low:high]))
+                        handle.write(query_line(row, impacts.indices[low:high], impacts.data[low:high]))
                 run_anserini(
                     "io.anserini.search.SearchCollection",
                     *("-index", self.folder, "-topics", topics, "-topicReader", "TsvInt", "-output", run),
