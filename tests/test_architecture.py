@@ -52,7 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("train", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
     ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),
-    ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart"]),
+    ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart", "keys"]),
 ]
 
 

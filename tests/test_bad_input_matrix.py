@@ -404,7 +404,7 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     (
         "index-pisa-bad-encoding",
         lambda t, w: ["index", w["vectors"], "--backend", "pisa", "--param", "encoding=zip", "--output", t / "OUT"],
-        "pisa parameter encoding=zip: must be one of block_simdbp",
+        "pisa parameter encoding=zip: must be one of 'block_simdbp', ",
     ),
     (
         "index-anserini-scale-rounds-everything-away",
@@ -559,7 +559,16 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "..",
     ),
-    ("sweep-k-zero", lambda t, w: ["sweep", sweep_file(t, w, k=[0]), "--output", t / "OUT"], "k must be a positive"),
+    (
+        "sweep-k-zero",
+        lambda t, w: ["sweep", sweep_file(t, w, k=[0]), "--output", t / "OUT"],
+        "config key 'k': expected a list of finite numbers > 0 or 'auto'",
+    ),
+    (
+        "keys-unknown-kind",
+        lambda t, w: ["keys", "configs"],
+        "unknown kind 'configs'; choose one of train, sweep, backends",
+    ),
     ("report-not-a-sweep", lambda t, w: ["report", w["beir"]], "not a sweep folder"),
     ("report-garbage-run-json", lambda t, w: ["report", bad_sweep_folder(t, "{not json")], "run.json"),
     # export

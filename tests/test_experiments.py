@@ -197,8 +197,21 @@ def test_bad_sweep_files_are_clear_errors(tmp_path):
         load_sweep(write_sweep(tmp_path, backbones=backbone_with(["rescale.k=2"])))
     with pytest.raises(InputError, match="did you mean 'backbones'"):
         load_sweep(write_sweep(tmp_path, backbone=[]))
-    with pytest.raises(InputError, match="k: k must be a positive finite number or 'auto', got 0"):
+    with pytest.raises(InputError, match=re.escape("'k': expected a list of finite numbers > 0 or 'auto' (at least 1")):
         load_sweep(write_sweep(tmp_path, k=[0]))
+    with pytest.raises(InputError, match="'k': expected a list of finite numbers > 0 or 'auto' .*, got \\[\\]"):
+        load_sweep(write_sweep(tmp_path, k=[]))
+    with pytest.raises(
+        InputError, match=re.escape("'modes': expected a list of items each one of 'tied', 'untie', 'auto'")
+    ):
+        load_sweep(write_sweep(tmp_path, modes=["sideways"]))
+    with pytest.raises(
+        InputError,
+        match=re.escape(
+            "'backbones[0].k': expected a list of finite numbers > 0 or 'auto' (no repeats) or null, got ['eight']"
+        ),
+    ):
+        load_sweep(write_sweep(tmp_path, backbones=[{"name": "b", "id": str(tmp_path / "bert"), "k": ["eight"]}]))
     with pytest.raises(InputError, match="recipe.rescale is set per run"):
         load_sweep(write_sweep(tmp_path, recipe={"rescale": {"k": 2}, "data": {"path": "x"}}))
 
@@ -220,6 +233,9 @@ def test_safe_backbone_names_are_accepted(tmp_path, name):
     assert sweep.backbones[0].name == name
 
 
+SEEDS = "config key 'seeds': expected a list of integers >= 0 and <= 4294967295 (at least 1, no repeats) or null, got "
+
+
 @pytest.mark.parametrize(
     "changes, message",
     [
@@ -237,11 +253,24 @@ def test_safe_backbone_names_are_accepted(tmp_path, name):
             {"recipe": {"data": {"path": "x"}, "optimization": {"max_grad_norm": -1}}},
             "'optimization.max_grad_norm': expected a finite number > 0 or null, got -1.0",
         ),
-        ({"seeds": []}, "seeds: give at least one seed"),
-        ({"seeds": [1, -1]}, "seeds: each seed must be an integer in [0, 4294967295], got -1"),
-        ({"seeds": [1, 1.5]}, "seeds: each seed must be an integer in [0, 4294967295], got 1.5"),
-        ({"seeds": [2, 2]}, "seeds: repeated seed in [2, 2]"),
-        ({"baselines": ["bm26"]}, "baselines: unknown baseline 'bm26'; choose from untouched, bm25"),
+        (
+            {"seeds": []},
+            SEEDS + "[]",
+        ),
+        (
+            {"seeds": [1, -1]},
+            SEEDS + "[1, -1]",
+        ),
+        ({"seeds": [1, 1.5]}, SEEDS + "[1, 1.5]"),
+        (
+            {"seeds": [2, 2]},
+            SEEDS + "[2, 2]",
+        ),
+        (
+            {"baselines": ["bm26"]},
+            "config key 'baselines': expected a list of 'untouched' or 'bm25' (no repeats), got ['bm26']",
+        ),
+        ({"baselines": ["bm25", "bm25"]}, "'baselines': expected a list of 'untouched' or 'bm25' (no repeats), got"),
     ],
 )
 def test_sweep_values_are_checked_against_the_same_declared_ranges(tmp_path, changes, message):

@@ -194,7 +194,7 @@ def test_a_string_parameter_with_choices_takes_only_those():
     from spladekit.index.params import Param
 
     param = Param("algorithm", str, "a", "how", choices=("a", "b"))
-    assert param.convert("b") == "b" and "one of a, b" in param.describe()
+    assert param.convert("b") == "b" and "'a' or 'b'; default \"a\"" in param.describe()
     with pytest.raises(ValueError):
         param.convert("c")
     with pytest.raises(TypeError):

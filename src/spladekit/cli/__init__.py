@@ -6,6 +6,7 @@ from spladekit.cli import (
     experiments,  # noqa: F401
     explain,  # noqa: F401
     export,  # noqa: F401
+    keys,  # noqa: F401
     quickstart,  # noqa: F401
     retrieval,  # noqa: F401
     train,  # noqa: F401

@@ -20,7 +20,7 @@ def sweep(
     config: Path = typer.Argument(
         ...,
         help="Sweep YAML: recipe, backbones, k grid, modes, evaluation "
-        "(see configs/mini-repro.yaml and docs/experiments.md).",
+        "(see configs/mini-repro.yaml and docs/experiments.md; every key: `spladekit keys sweep`).",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Sweep folder (created; re-running resumes it)."),
     dry_run: bool = typer.Option(

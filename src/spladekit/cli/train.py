@@ -25,7 +25,10 @@ def train(
         help="Run folder: model/, metrics.jsonl, config.yaml (fully resolved), plots/, checkpoints/.",
     ),
     overrides: list[str] | None = typer.Option(
-        None, "--set", help="Override a config key, e.g. --set optimization.lr=1e-4 (repeatable; value parsed as YAML)."
+        None,
+        "--set",
+        help="Override a config key, e.g. --set optimization.lr=1e-4 (repeatable; value parsed as YAML); "
+        "`spladekit keys train` lists every key.",
     ),
     resume: bool = typer.Option(
         False,

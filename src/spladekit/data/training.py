@@ -46,7 +46,7 @@ import numpy as np
 from spladekit.common.atomic import build_once
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import check_id, json_records, numbered_lines
-from spladekit.common.schema import MIN_TOKEN_LIMIT, allowed
+from spladekit.common.schema import MIN_TOKEN_LIMIT, declared
 from spladekit.common.sources import Library, cache_root, fetching, is_local
 from spladekit.data.jsonl import checked_record
 from spladekit.data.teacher import READERS
@@ -58,23 +58,27 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DataConfig:
-    format: Literal["triplets", "id_triplets", "hard_negatives", "ir_datasets", "hf"] = "triplets"
-    path: str = ""  # TSV file, hard-negatives JSONL, ir_datasets id or HF dataset name/folder
-    queries: str | None = None  # id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)
-    collection: str | None = None  # id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)
-    header: bool = False  # id_triplets: the first line is a header
-    columns: int | None = allowed(
-        None, minimum=3
-    )  # triplet TSVs: use only the first N columns (query, positive, negatives…)
-    negative_systems: list | None = None  # hard_negatives: which systems' negatives (None: all)
-    hf_config: str | None = None
-    split: str = "train"
-    teacher: str | None = None  # teacher scores for distillation
-    teacher_format: Literal["jsonl", "ce_scores"] = "jsonl"
-    negatives: int = allowed(1, minimum=1)  # hard negatives per query
-    limit: int | None = allowed(None, minimum=1)  # read at most this many lines / pairs
-    query_max_length: int = allowed(32, minimum=MIN_TOKEN_LIMIT)
-    doc_max_length: int = allowed(128, minimum=MIN_TOKEN_LIMIT)
+    format: Literal["triplets", "id_triplets", "hard_negatives", "ir_datasets", "hf"] = declared(
+        "triplets", "how data.path is read (docs/training.md, Training data)"
+    )
+    path: str = declared("", "TSV file, hard-negatives JSONL, ir_datasets id or HF dataset name/folder; required")
+    queries: str | None = declared(None, "id_triplets / hard_negatives: queries (BEIR JSONL or id<TAB>text TSV)")
+    collection: str | None = declared(None, "id_triplets / hard_negatives: documents (BEIR JSONL or id<TAB>text TSV)")
+    header: bool = declared(False, "id_triplets: the first line is a header")
+    columns: int | None = declared(
+        None, "triplet TSVs: use only the first N columns (query, positive, negatives...)", minimum=3
+    )
+    negative_systems: list[str] | None = declared(None, "hard_negatives: which systems' negatives (null: all)")
+    hf_config: str | None = declared(None, "hf: the dataset's configuration name")
+    split: str = declared("train", "ir_datasets / hf: the split to read")
+    teacher: str | None = declared(None, "teacher scores for distillation (loss.name margin_mse or kl)")
+    teacher_format: Literal["jsonl", "ce_scores"] = declared(
+        "jsonl", 'jsonl: {"qid", "pid", "score"} per line; ce_scores: sentence-transformers\' cross-encoder scores'
+    )
+    negatives: int = declared(1, "hard negatives per query", minimum=1)
+    limit: int | None = declared(None, "read at most this many lines / pairs (null: all)", minimum=1)
+    query_max_length: int = declared(32, "query token limit", minimum=MIN_TOKEN_LIMIT)
+    doc_max_length: int = declared(128, "document token limit", minimum=MIN_TOKEN_LIMIT)
 
 
 SAMPLING_ONLY = ("negatives", "query_max_length", "doc_max_length")  # DataConfig fields the store does not depend on

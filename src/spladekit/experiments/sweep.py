@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -40,7 +39,7 @@ from spladekit.common.atomic import OutputBusy, atomic_file, build_once
 from spladekit.common.devices import resolve_device
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
-from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, allowed
+from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, build_dataclass, declared
 from spladekit.common.sources import is_local, is_local_model
 from spladekit.data.suites import SUITES
 from spladekit.evaluation.evaluate import evaluate_data
@@ -49,10 +48,9 @@ from spladekit.experiments.inflate import inflate
 from spladekit.model.backbone import MLMHead, check_model_folder, remote_code_hint
 from spladekit.model.diagnosis import diagnose
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.head import parse_k, parse_mode
 from spladekit.model.loading import load_model
 from spladekit.train.checkpoint import checkpoints
-from spladekit.train.config import apply_override, build_dataclass, config_from_dict, read_yaml
+from spladekit.train.config import apply_override, config_from_dict, read_yaml
 from spladekit.train.loop import train
 from spladekit.vectors.encoding import ShardSelection
 
@@ -70,41 +68,71 @@ SAFE_NAME_WORDS = "a name of letters, digits, '.', '_' and '-' (not '.' or '..',
 
 @dataclass
 class BackboneSpec:
-    name: str = allowed("", pattern=SAFE_NAME, pattern_words=SAFE_NAME_WORDS)
-    id: str = ""  # hub id or local folder
-    trust_remote_code: bool = False
-    inflate: Union[float, None] = allowed(
-        None, minimum=0, exclusive=True
-    )  # simulate a high-norm head: W_head × inflate before training
-    # tied: the shared matrix (inputs too); untie: a head copy; transform: the MLM transform output (tie kept);
-    # positions: the position embeddings (spladekit.experiments.inflate.inflate)
-    inflate_mode: Literal["tied", "untie", "transform", "positions"] = "tied"
-    rescale_bias: bool = False  # divide the head bias by k too (the bias-division ablation)
-    lr_scale: bool = False  # rescale.lr_scale: what the rescaling divided by k learns at lr / k
-    k: Union[list, None] = None  # this backbone's k grid (default: the sweep's)
-    modes: Union[list, None] = None  # this backbone's rescale modes (default: the sweep's)
-    # recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS λ)
-    set: Union[list, None] = None
+    name: str = declared(
+        "", "names the backbone's folder and runs; required", pattern=SAFE_NAME, pattern_words=SAFE_NAME_WORDS
+    )
+    id: str = declared("", "hub id or local folder; required")
+    trust_remote_code: bool = declared(False, "run the model's own code from the hub (only for backbones you trust)")
+    inflate: float | None = declared(
+        None,
+        "simulate a high-norm head: W_head x inflate before training (null: the backbone as it is)",
+        minimum=0,
+        exclusive=True,
+    )
+    inflate_mode: Literal["tied", "untie", "transform", "positions"] = declared(
+        "tied",
+        "what inflate multiplies: the shared matrix (inputs too), a head copy, the MLM transform output (tie kept) "
+        "or the position embeddings",
+    )
+    rescale_bias: bool = declared(False, "divide the head bias by k too (the bias-division ablation)")
+    lr_scale: bool = declared(False, "rescale.lr_scale: what the rescaling divided by k learns at lr / k")
+    k: list[float | Literal["auto"]] | None = declared(
+        None, "this backbone's k grid (null or []: the sweep's)", minimum=0, exclusive=True, unique=True
+    )
+    modes: list[Literal["tied", "untie", "auto"]] | None = declared(
+        None, "this backbone's rescale modes (null or []: the sweep's)", unique=True
+    )
+    set: list[str] | None = declared(
+        None, "recipe overrides for this backbone only, as `spladekit train --set` (e.g. one variant per FLOPS lambda)"
+    )
 
 
 @dataclass
 class SweepEvaluation:
-    data: list = field(default_factory=list)  # collection folders, names or suites (as `spladekit evaluate --data`)
-    split: str = "test"
-    max_length: Union[int, None] = allowed(256, minimum=MIN_TOKEN_LIMIT)
-    batch_size: int = allowed(32, minimum=1)
-    data_root: Union[str, None] = None  # local folder holding a suite's collections (offline suites)
+    data: list[str] = declared([], "collection folders, names or suites (as `spladekit evaluate --data`)")
+    split: str = declared("test", "the qrels split")
+    max_length: int | None = declared(256, "document token limit (null: the model's)", minimum=MIN_TOKEN_LIMIT)
+    batch_size: int = declared(32, "texts per encoding batch", minimum=1)
+    data_root: str | None = declared(None, "local folder holding a suite's collections (offline suites)")
 
 
 @dataclass
 class SweepConfig:
-    name: str = "sweep"
-    recipe: dict = field(default_factory=dict)  # checked as a TrainConfig (see load_sweep)
-    backbones: list = field(default_factory=list)
-    k: list = field(default_factory=lambda: [1])
-    modes: list = field(default_factory=lambda: ["tied"])
-    seeds: Union[list, None] = None  # training seeds, each run once per seed (None: the recipe's seed)
-    baselines: list = field(default_factory=lambda: list(BASELINES))  # rows next to the trained runs
+    name: str = declared("sweep", "the sweep's name (in plan.json and the report)")
+    recipe: dict = declared({}, "the shared `spladekit train` config: every key but backbone and rescale")
+    backbones: list = declared([], "backbones to train, each a mapping of the backbones[].* keys; at least one")
+    k: list[float | Literal["auto"]] = declared(
+        [1.0],
+        "the k grid: W_head <- W_head / k (1: no rescaling, run once per backbone; auto: diagnose's recommended_k)",
+        minimum=0,
+        exclusive=True,
+        min_items=1,
+        unique=True,
+    )
+    modes: list[Literal["tied", "untie", "auto"]] = declared(
+        ["tied"], "rescale modes (auto: the mode rule, per k)", min_items=1, unique=True
+    )
+    seeds: list[int] | None = declared(
+        None,
+        "training seeds, each run once per seed (null: the recipe's seed, once)",
+        minimum=0,
+        maximum=MAX_SEED,
+        min_items=1,
+        unique=True,
+    )
+    baselines: list[Literal["untouched", "bm25"]] = declared(
+        list(BASELINES), "rows next to the trained runs: the untrained backbone, BM25", unique=True
+    )
     evaluation: SweepEvaluation = field(default_factory=SweepEvaluation)
 
 
@@ -124,28 +152,6 @@ class Cell:
 
 
 # ------------------------------------------------------------------------------------------- config
-def _checked(parse: Callable[..., Any], values: list, where: str, source: str) -> list:
-    """Each value through the one parser of its kind (:func:`parse_k`, :func:`parse_mode`), "auto" allowed; a
-    bad one is an error naming the file and the key."""
-    try:
-        return [parse(value, allow_auto=True) for value in values]
-    except SpladekitError as error:
-        raise InputError(f"{where}: {error}", source) from None
-
-
-def _check_seeds(values: list | None, source: str) -> list[int] | None:
-    if values is None:
-        return None
-    if not values:
-        raise InputError("seeds: give at least one seed, or leave 'seeds' out (the recipe's seed)", source)
-    for seed in values:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-            raise InputError(f"seeds: each seed must be an integer in [0, {MAX_SEED}], got {seed!r}", source)
-    if len(set(values)) != len(values):
-        raise InputError(f"seeds: repeated seed in {values}", source)
-    return list(values)
-
-
 def load_sweep(path: str | Path) -> SweepConfig:
     """Read and check a sweep file (unknown keys name the closest existing one)."""
     path = Path(path)
@@ -168,8 +174,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
         spec = build_dataclass(BackboneSpec, item, f"backbones[{index}].", source)
         if not spec.name or not spec.id:
             raise InputError(f"backbones[{index}]: 'name' and 'id' are required", source)
-        spec.k = _checked(parse_k, spec.k, f"backbones[{index}].k", source) if spec.k else None
-        spec.modes = _checked(parse_mode, spec.modes, f"backbones[{index}].modes", source) if spec.modes else None
+        spec.k, spec.modes = spec.k or None, spec.modes or None
         for assignment in spec.set or []:
             if str(assignment).startswith(("backbone.", "rescale.")):
                 raise InputError(
@@ -180,12 +185,6 @@ def load_sweep(path: str | Path) -> SweepConfig:
     if len(set(names)) != len(names):
         raise InputError(f"backbone names must be unique, got {names}", source)
     sweep.backbones = specs
-    sweep.k = _checked(parse_k, sweep.k, "k", source)
-    sweep.modes = _checked(parse_mode, sweep.modes, "modes", source)
-    sweep.seeds = _check_seeds(sweep.seeds, source)
-    for baseline in sweep.baselines:
-        if baseline not in BASELINES:
-            raise InputError(f"baselines: unknown baseline {baseline!r}; choose from {', '.join(BASELINES)}", source)
     # The recipe (with each backbone's overrides) must be a valid training config once a backbone is filled in.
     for spec in specs:
         config_from_dict(_run_values(sweep, spec, Cell(spec.name, 1.0, "none"), spec.id, source), source)

@@ -1,9 +1,10 @@
 """Backend parameters, declared once: name, type, default, allowed range, help and role.
 
-Every backend lists its :class:`Param` declarations; the CLI help, the parsing of ``--param NAME=VALUE``
-(values arrive as strings) and the checks of Python calls all come from them, so a value no backend can use
-(``query_batch=-5``, ``bsize=0``, ``heap_factor=nan``) is refused with one clear line before any work starts,
-instead of producing an empty run or a traceback later.
+Every backend lists its :class:`Param` declarations, which carry the same :class:`Allowed` as config keys and
+are worded and described by the same functions (:mod:`spladekit.common.schema`). The CLI help, the parsing of
+``--param NAME=VALUE`` (values arrive as strings) and the checks of Python calls all come from them, so a value
+no backend can use (``query_batch=-5``, ``bsize=0``, ``heap_factor=nan``) is refused with one clear line before
+any work starts, instead of producing an empty run or a traceback later.
 
 Roles: a ``build`` parameter is fixed when the index is built; a ``search`` parameter may change at every
 search, and when given at build time it becomes the index's default (saved with it).
@@ -11,13 +12,12 @@ search, and when given at build time it becomes the index's default (saved with 
 
 from __future__ import annotations
 
-import json
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from spladekit.common.errors import SpladekitError
-from spladekit.common.schema import Allowed
+from spladekit.common.schema import Allowed, Declaration
 
 ROLES = ("build", "search")
 TYPES = (int, float, bool, str)
@@ -46,25 +46,31 @@ class Param:
         if self.choices and (self.type is not str or self.default not in self.choices):
             raise TypeError(f"{self.name}: choices are for str parameters and must include the default")
 
-    def allowed(self) -> str:
-        """The accepted values in words, for the help and for error messages."""
-        if self.type is bool:
-            return "true or false"
-        if self.type is str:
-            return f"one of {', '.join(self.choices)}" if self.choices else "a non-empty string"
-        kind = "an integer" if self.type is int else "a finite number"
-        return f"{kind} {self.limits.bounds()}".strip()
+    @property
+    def hint(self) -> Any:
+        """The declared type as a type hint (a str with choices: their Literal), as config keys declare theirs."""
+        return Literal[self.choices] if self.choices else self.type
 
     @property
     def limits(self) -> Allowed:
-        """The numeric range, as the config schema declares its fields (one range check, one wording)."""
+        """The numeric range (a str: non-empty), as the config schema declares its keys."""
+        if self.type is str:
+            return Allowed(pattern=".+", pattern_words="a non-empty string")
         return Allowed(self.minimum, self.exclusive_minimum, self.maximum)
+
+    @property
+    def declaration(self) -> Declaration:
+        """This parameter as the config schema declares a key (one wording, one help line for both)."""
+        note = "search" if self.role == "search" else ""
+        return Declaration(self.name, self.hint, self.default, self.help, self.limits, note)
+
+    def allowed(self) -> str:
+        """The accepted values in words, for the help and for error messages."""
+        return self.declaration.expected()
 
     def describe(self) -> str:
         """One line of help: ``name ([search;] allowed values, which say the type; default): help``."""
-        default = "unset" if self.default is None else json.dumps(self.default)
-        role = "search; " if self.role == "search" else ""
-        return f"{self.name} ({role}{self.allowed()}; default {default}): {self.help}"
+        return self.declaration.describe()
 
     def convert(self, value: object) -> Any:
         """``value`` (a string from the command line, or a Python value) as the declared type, checked;
@@ -74,7 +80,7 @@ class Param:
         if self.type is bool:
             return _to_bool(value)
         if self.type is str:
-            if isinstance(value, str) and value and (not self.choices or value in self.choices):
+            if isinstance(value, str) and self.limits.accepts(value) and (not self.choices or value in self.choices):
                 return value
             raise ValueError
         number = _to_number(value, self.type)

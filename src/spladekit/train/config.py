@@ -1,11 +1,11 @@
 """Training configuration: one YAML file, ``--set section.key=value`` overrides, a dataclass schema.
 
-Every key is checked against the schema: a key that does not exist is an error naming the closest
-existing key (``difflib``), a value of the wrong type or outside its choices is an error naming the key.
-Allowed ranges are declared once, next to each field (``allowed(default, minimum=…)``, see
-:mod:`spladekit.common.schema`), and every number must be finite; they are checked key by key while the file
-is read (:func:`build_dataclass`, which sweep files use too) and again by :func:`validate` for configs
-built in Python, before any work.
+Every key is declared once, with its type, default, allowed values and help (``declared(default, help,
+minimum=…)``, :mod:`spladekit.common.schema`): ``spladekit keys train`` and docs/configuration.md list them.
+A key that does not exist is an error naming the closest existing key, a value of the wrong type or outside
+its allowed values is an error naming the key; keys are checked one by one while the file is read
+(:func:`spladekit.common.schema.build_dataclass`, which sweep files use too) and again by :func:`validate` for
+configs built in Python, which also refuses combinations that cannot work together, before any work.
 The fully resolved configuration (defaults filled in, ``rescale.k/mode: auto`` replaced by the value it
 resolved to) is saved with the run as ``config.yaml``.
 """
@@ -13,8 +13,6 @@ resolved to) is saved with the run as ``config.yaml``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,90 +22,118 @@ import yaml
 
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, allowed, check_declared, check_value, type_options
+from spladekit.common.schema import (
+    MAX_SEED,
+    MIN_TOKEN_LIMIT,
+    all_keys,
+    build_dataclass,
+    check_declared,
+    declared,
+    unknown_key,
+)
 from spladekit.data.training import DataConfig
 
 
 @dataclass
 class BackboneConfig:
-    id: str = ""  # hub id or local folder of a masked-LM model (or a spladekit model)
-    trust_remote_code: bool = False
-    dropout: bool = True  # False: run the backbone in eval mode (deterministic forward passes)
+    id: str = declared("", "hub id or local folder of a masked-LM model (or a spladekit model); required")
+    trust_remote_code: bool = declared(False, "run the model's own code from the hub (only for backbones you trust)")
+    dropout: bool = declared(True, "false: run the backbone in eval mode (deterministic forward passes)")
 
 
 @dataclass
 class ModelConfig:
-    kind: Literal["splade", "inference-free"] = (
-        "splade"  # inference-free: queries = a per-token weight table (IDF init)
+    kind: Literal["splade", "inference-free"] = declared(
+        "splade", "inference-free: queries are a per-token weight table (IDF init), documents the encoder"
     )
-    query_weights_lr: float = allowed(1e-3, minimum=0, exclusive=True)  # inference-free: the table's learning rate
-    freeze_query_weights: bool = False  # inference-free: keep the IDF table as initialised
+    query_weights_lr: float = declared(
+        1e-3, "inference-free: the query table's learning rate", minimum=0, exclusive=True
+    )
+    freeze_query_weights: bool = declared(False, "inference-free: keep the IDF table as initialised")
 
 
 @dataclass
 class RescaleConfig:
-    k: float | Literal["auto"] | None = None  # None: no rescaling; "auto": diagnosis.diagnose's recommended_k
-    mode: Literal["tied", "untie", "auto"] = "tied"  # "auto": head.recommend_mode for the k used
-    rescale_bias: bool = False
-    auto_pairs: int = allowed(64, minimum=1)  # training (query, positive) pairs that "auto" diagnoses the head on
-    # AdamW: what the rescaling divided by k learns at lr / k (decay × k), the same step relative to each weight
-    # as before rescaling (spladekit.model.rescaling.step_factors; docs/training.md)
-    lr_scale: bool = False
+    k: float | Literal["auto"] | None = declared(
+        None,
+        "W_head <- W_head / k once at init; null: no rescaling; auto: diagnose's recommended_k",
+        minimum=0,
+        exclusive=True,
+    )
+    mode: Literal["tied", "untie", "auto"] = declared(
+        "tied", "tied: scale the shared matrix (inputs too); untie: only a copy of the head; auto: the mode rule"
+    )
+    rescale_bias: bool = declared(False, "divide the head bias by k too")
+    auto_pairs: int = declared(64, "training (query, positive) pairs that k/mode auto diagnose the head on", minimum=1)
+    lr_scale: bool = declared(
+        False, "AdamW: what the rescaling divided by k learns at lr / k (decay x k), the same relative step"
+    )
 
 
 @dataclass
 class LossConfig:
-    name: Literal["infonce", "margin_mse", "kl"] = "infonce"
+    name: Literal["infonce", "margin_mse", "kl"] = declared(
+        "infonce", "infonce: in-batch and hard negatives; margin_mse / kl: distil data.teacher's scores"
+    )
 
 
 @dataclass
 class RegularizerConfig:
-    name: Literal["flops", "l1"] = "flops"
-    lambda_q: float = allowed(3e-4, minimum=0)
-    lambda_d: float = allowed(1e-4, minimum=0)
-    warmup_steps: int = allowed(100, minimum=0)  # T in λ_t = λ·min(1, t/T)²
+    name: Literal["flops", "l1"] = declared("flops", "the sparsity regularizer (FLOPS: squared mean weight per term)")
+    lambda_q: float = declared(3e-4, "the regularizer's weight on queries", minimum=0)
+    lambda_d: float = declared(1e-4, "the regularizer's weight on documents", minimum=0)
+    warmup_steps: int = declared(100, "T in lambda_t = lambda * min(1, t/T)^2", minimum=0)
 
 
 @dataclass
 class OptimizationConfig:
-    steps: int = allowed(1000, minimum=1)
-    batch_size: int = allowed(8, minimum=1)  # queries per optimizer step, over all micro-batches and all processes
-    accumulation: int = allowed(1, minimum=1)  # micro-batches per step (exact: see train/loop.py)
-    lr: float = allowed(2e-5, minimum=0, exclusive=True)
-    weight_decay: float = allowed(
-        0.01, minimum=0
-    )  # AdamW decay of weight matrices (never of biases / LayerNorm weights)
-    decay_embeddings: bool = True  # also decay the input embeddings (= the head when tied)
-    warmup_steps: int = allowed(100, minimum=0)
-    max_grad_norm: float | None = allowed(1.0, minimum=0, exclusive=True)  # None: no clipping
-    bf16: bool = False
-    # each side of a (micro-)batch cut by token length into at most this many forward passes, each padded only to
-    # its own longest text (SparseEncoder.forward_texts): less compute on padding, the same vectors; 1: one pass
-    length_groups: int = allowed(1, minimum=1)
+    steps: int = declared(1000, "optimizer steps", minimum=1)
+    batch_size: int = declared(8, "queries per optimizer step, over all micro-batches and all processes", minimum=1)
+    accumulation: int = declared(1, "micro-batches per step (exact GradCache: the same step as one batch)", minimum=1)
+    lr: float = declared(
+        2e-5, "AdamW's peak learning rate (linear warmup, then linear decay)", minimum=0, exclusive=True
+    )
+    weight_decay: float = declared(
+        0.01, "AdamW decay of weight matrices (never of biases / LayerNorm weights)", minimum=0
+    )
+    decay_embeddings: bool = declared(True, "also decay the input embeddings (= the head when tied)")
+    warmup_steps: int = declared(100, "steps of linear learning-rate warmup", minimum=0)
+    max_grad_norm: float | None = declared(
+        1.0, "clip the gradient norm to this (null: no clipping)", minimum=0, exclusive=True
+    )
+    bf16: bool = declared(False, "run the forward under bf16 autocast (the head's matmul in bf16 too)")
+    length_groups: int = declared(
+        1,
+        "cut each side of a batch by token length into at most this many forward passes, each padded to its "
+        "own longest text: less compute on padding, the same vectors",
+        minimum=1,
+    )
 
 
 @dataclass
 class LoggingConfig:
-    every: int = allowed(10, minimum=1)
-    checkpoint_every: int = allowed(100, minimum=1)
-    keep_checkpoints: int = allowed(2, minimum=1)
-    progress: bool = True
-    plots: bool = True
-    stop_on_collapse: bool = False
-    collapse_patience: int = allowed(5, minimum=1)  # consecutive logs before a collapse is declared
-    explosion_factor: float = allowed(
-        10.0, minimum=1, exclusive=True
-    )  # loss > factor × its lowest logged value = explosion
+    every: int = declared(10, "log (progress, metrics.jsonl, collapse check) every N steps", minimum=1)
+    checkpoint_every: int = declared(100, "save a resumable checkpoint every N steps", minimum=1)
+    keep_checkpoints: int = declared(2, "newest checkpoints kept", minimum=1)
+    progress: bool = declared(True, "show a progress bar")
+    plots: bool = declared(True, "write plots/*.png at the end")
+    stop_on_collapse: bool = declared(False, "stop (exit 2) when the collapse detector fires, instead of warning")
+    collapse_patience: int = declared(5, "consecutive logs before a collapse is declared", minimum=1)
+    explosion_factor: float = declared(
+        10.0, "a loss above factor x its lowest logged value is an explosion", minimum=1, exclusive=True
+    )
 
 
 @dataclass
 class EvaluationConfig:
-    data: str | None = None  # collection folder, ir_datasets / HF id or suite (as `spladekit evaluate --data`)
-    split: str = "test"
-    every: int | None = allowed(None, minimum=1)  # also evaluate every N steps (None: only at the end)
-    max_length: int | None = allowed(None, minimum=MIN_TOKEN_LIMIT)  # token limit (None: data.doc_max_length)
-    batch_size: int = allowed(32, minimum=1)
-    max_active_dims: int | None = allowed(None, minimum=1)  # keep the k largest weights per query/document (None: all)
+    data: str | None = declared(
+        None, "evaluate the trained model on: a collection folder, ir_datasets / HF id or suite (null: none)"
+    )
+    split: str = declared("test", "the qrels split")
+    every: int | None = declared(None, "also evaluate every N steps (null: only at the end)", minimum=1)
+    max_length: int | None = declared(None, "document token limit (null: data.doc_max_length)", minimum=MIN_TOKEN_LIMIT)
+    batch_size: int = declared(32, "texts per encoding batch", minimum=1)
+    max_active_dims: int | None = declared(None, "keep the k largest weights per query/document (null: all)", minimum=1)
 
 
 @dataclass
@@ -121,91 +147,10 @@ class TrainConfig:
     optimization: OptimizationConfig = field(default_factory=OptimizationConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
-    seed: int = allowed(0, minimum=0, maximum=MAX_SEED)
+    seed: int = declared(0, "seeds the initialisation, the data order and dropout", minimum=0, maximum=MAX_SEED)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-# ----------------------------------------------------------------------------- building and checking
-def _all_keys(cls: Any, prefix: str = "") -> list[str]:
-    keys = []
-    for item in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls)[item.name]
-        keys.append(prefix + item.name)
-        if dataclasses.is_dataclass(hint):
-            keys.extend(_all_keys(hint, f"{prefix}{item.name}."))
-    return keys
-
-
-def _unknown_key(key: str, source: str | None, candidates: list[str] | None = None) -> SpladekitError:
-    close = difflib.get_close_matches(
-        key, _all_keys(TrainConfig) if candidates is None else candidates, n=1, cutoff=0.5
-    )
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return InputError(f"unknown config key {key!r}{hint}", source)
-
-
-def _coerce(value: Any, hint: Any, key: str, source: str | None) -> Any:
-    """``value`` as the type ``hint`` allows (YAML gives '5e-5' as a string: floats are parsed)."""
-    choices: list = []
-    for option in type_options(hint):
-        if option is type(None):
-            if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
-                return None
-        elif typing.get_origin(option) is Literal:
-            if value in typing.get_args(option):
-                return value
-            choices.extend(typing.get_args(option))
-        elif option is bool:
-            if isinstance(value, bool):
-                return value
-        elif option is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        elif option is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
-            if isinstance(value, str):
-                try:
-                    return float(value)
-                except ValueError:
-                    pass
-        elif option in (str, list) and isinstance(value, option):
-            return value
-    names = [
-        getattr(option, "__name__", str(option))
-        for option in type_options(hint)
-        if typing.get_origin(option) is not Literal
-    ]
-    expected = " or ".join([repr(c) for c in choices] + [n.replace("NoneType", "null") for n in names])
-    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    hint_text = f" (did you mean {close[0]!r}?)" if close else ""
-    raise InputError(f"config key {key!r}: expected {expected}, got {value!r}{hint_text}", source)
-
-
-def build_dataclass(cls: Any, values: dict, prefix: str, source: str | None) -> Any:
-    """``cls`` from a mapping read from YAML: unknown keys, types and declared ranges checked, key by key."""
-    if not isinstance(values, dict):
-        raise InputError(
-            f"config section {prefix.rstrip('.') or '(top level)'!r} must be a mapping, "
-            f"got {type(values).__name__} {values!r:.60}",
-            source,
-        )
-    hints = typing.get_type_hints(cls)
-    fields = {item.name: item for item in dataclasses.fields(cls)}
-    for key in values:
-        if key not in fields:
-            raise _unknown_key(prefix + str(key), source, [prefix + name for name in _all_keys(cls)])
-    kwargs = {}
-    for name, value in values.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = build_dataclass(hint, {} if value is None else value, f"{prefix}{name}.", source)
-        else:
-            kwargs[name] = _coerce(value, hint, prefix + name, source)
-            check_value(kwargs[name], fields[name], hint, prefix + name, source)
-    return cls(**kwargs)
 
 
 def apply_override(values: dict, assignment: str, where: str = "--set") -> None:
@@ -216,8 +161,8 @@ def apply_override(values: dict, assignment: str, where: str = "--set") -> None:
     if not separator or not key.strip():
         raise SpladekitError(f"{where} {assignment!r}: expected section.key=value")
     key = key.strip()
-    if key not in _all_keys(TrainConfig):
-        raise _unknown_key(key, where)
+    if key not in all_keys(TrainConfig):
+        raise unknown_key(key, all_keys(TrainConfig), where)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as error:
@@ -293,10 +238,7 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         try:
             parse_k(config.rescale.k, allow_auto=True)  # the one rule for k
         except SpladekitError:
-            fail(
-                f"config key 'rescale.k': expected a positive finite number or 'auto' or null (no rescaling), "
-                f"got {config.rescale.k!r}"
-            )
+            fail(f"config key 'rescale.k': expected a finite number > 0 or 'auto' or null, got {config.rescale.k!r}")
     if config.optimization.batch_size % config.optimization.accumulation:
         fail(
             f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
