@@ -128,7 +128,7 @@ def test_bad_parameters_are_refused_before_any_work(tied):
         with pytest.raises(SpladekitError, match=f"^pisa parameter {next(iter(params))}="):
             PisaSearcher.build(None, **params)
     searcher = PisaSearcher.build(tied[0])
-    with pytest.raises(SpladekitError, match="pisa parameter algorithm=bmw: must be one of maxscore, "):
+    with pytest.raises(SpladekitError, match="pisa parameter algorithm=bmw: must be one of 'maxscore', "):
         searcher.search(tied[1], algorithm="bmw")
     with pytest.raises(SpladekitError, match="pisa does not take scale at search time"):
         searcher.search(tied[1], scale=10)
