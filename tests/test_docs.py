@@ -7,24 +7,23 @@ import io
 import runpy
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_api_reference_is_up_to_date():
+@pytest.mark.parametrize(
+    "script, page, expected",
+    [
+        ("make_api.py", "api.md", ["## `SparseEncoder` (class", "## `train("]),
+        ("make_config.py", "configuration.md", ["| `optimization.lr` | a finite number > 0 | `2e-05` |"]),
+    ],
+)
+def test_a_generated_page_is_up_to_date(script, page, expected):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        runpy.run_path(str(ROOT / "docs" / "make_api.py"), run_name="__main__")
-    assert (ROOT / "docs" / "api.md").read_text() == out.getvalue(), (
-        "docs/api.md is out of date: python docs/make_api.py > docs/api.md"
+        runpy.run_path(str(ROOT / "docs" / script), run_name="__main__")
+    assert (ROOT / "docs" / page).read_text() == out.getvalue(), (
+        f"docs/{page} is out of date: python docs/{script} > docs/{page}"
     )
-    assert "## `SparseEncoder` (class" in out.getvalue() and "## `train(" in out.getvalue()
-
-
-def test_the_configuration_reference_is_up_to_date():
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        runpy.run_path(str(ROOT / "docs" / "make_config.py"), run_name="__main__")
-    assert (ROOT / "docs" / "configuration.md").read_text() == out.getvalue(), (
-        "docs/configuration.md is out of date: python docs/make_config.py > docs/configuration.md"
-    )
-    assert "| `optimization.lr` | a finite number > 0 | `2e-05` |" in out.getvalue()
+    assert all(text in out.getvalue() for text in expected)
