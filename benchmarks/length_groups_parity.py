@@ -9,9 +9,9 @@ each value is trained with dropout off (the backbone's forward is then determini
 separates the runs) and on (the default: the masks are another draw, so the runs differ as two seeds do).
 
     python benchmarks/length_groups_parity.py --config configs/train-example.yaml \
-        --set backbone.id=../shared/models/splade-tiny-msmarco --set data.path=../shared/data/scifact/triplets-train.tsv \
-        --set optimization.steps=200 --data ../shared/data/scifact --groups 1,4 --dropout both --work /tmp/lgp \
-        --output parity.json
+        --set backbone.id=../shared/models/splade-tiny-msmarco \
+        --set data.path=../shared/data/scifact/triplets-train.tsv --set optimization.steps=200 \
+        --data ../shared/data/scifact --groups 1,4 --dropout both --work /tmp/lgp --output parity.json
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 def weight_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
     """The largest |a − b| over every parameter, relative to the largest |a| of that parameter."""
     worst = 0.0
-    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+    for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         if x.is_floating_point():
             worst = max(worst, float((x - y).abs().max() / x.abs().max().clamp_min(1e-12)))
     return worst
