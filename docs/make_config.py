@@ -24,7 +24,7 @@ TITLES = {"train": "Training config", "sweep": "Sweep file", "backends": "Backen
 
 
 def cell(text: str) -> str:
-    return text.replace("|", "\\\\|").replace("<", "&lt;")
+    return text.replace("|", "\\|").replace("<", "&lt;")
 
 
 def main() -> None:

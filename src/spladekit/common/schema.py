@@ -5,7 +5,7 @@ A dataclass field declares its type (the annotation), default, allowed values an
 declaration come the parsing (:func:`build_dataclass`, key by key while a YAML file or ``--set`` is read),
 the range checks (:func:`check_value`; :func:`check_declared` for an object built in Python), the error
 wording (:func:`expected`: one line naming the key, the value and what is allowed) and the help
-(:func:`describe`, :func:`declarations`: ``spladekit keys`` and the reference in docs/configuration.md).
+(:meth:`Declaration.describe`, :func:`declarations`: ``spladekit keys`` and the reference in docs/configuration.md).
 Backend parameters (:class:`spladekit.index.params.Param`) carry the same :class:`Allowed` and are worded
 and described by the same functions. Every number must be finite, declared or not.
 """
@@ -151,12 +151,6 @@ def _list_words(item: Any, limits: Allowed) -> str:
     return f"a list of {each}" + (f" ({', '.join(rules)})" if rules else "")
 
 
-def describe(name: str, hint: Any, default: Any, help: str, limits: Allowed = NO_LIMITS, note: str = "") -> str:
-    """One line of help, the same for every kind of declaration: ``name ([note; ]allowed values; default D): help``."""
-    shown = json.dumps(default)  # YAML and JSON spell None "null"
-    return f"{name} ({note + '; ' if note else ''}{expected(hint, limits)}; default {shown}): {help}"
-
-
 class Declaration(NamedTuple):
     """One declared value: a config key (nested sections flattened: ``optimization.lr``) or a backend parameter
     (``note``: ``search`` for one that may change at every search)."""
@@ -172,7 +166,9 @@ class Declaration(NamedTuple):
         return expected(self.hint, self.limits)
 
     def describe(self) -> str:
-        return describe(self.key, self.hint, self.default, self.help, self.limits, self.note)
+        """One line of help, the same for every kind of value: ``key ([note; ]allowed values; default D): help``."""
+        note = f"{self.note}; " if self.note else ""
+        return f"{self.key} ({note}{self.expected()}; default {json.dumps(self.default)}): {self.help}"
 
 
 def declarations(cls: Any, prefix: str = "") -> Iterator[Declaration]:
@@ -191,9 +187,9 @@ def declarations(cls: Any, prefix: str = "") -> Iterator[Declaration]:
 
 def all_keys(cls: Any, prefix: str = "") -> list[str]:
     """Every key of ``cls``, sections included (``optimization`` and ``optimization.lr``)."""
-    keys = []
+    keys, hints = [], typing.get_type_hints(cls)
     for item in dataclasses.fields(cls):
-        hint = typing.get_type_hints(cls)[item.name]
+        hint = hints[item.name]
         keys.append(prefix + item.name)
         if dataclasses.is_dataclass(hint):
             keys.extend(all_keys(hint, f"{prefix}{item.name}."))

@@ -160,9 +160,9 @@ def apply_override(values: dict, assignment: str, where: str = "--set") -> None:
     key, separator, raw = assignment.partition("=") if isinstance(assignment, str) else ("", "", "")
     if not separator or not key.strip():
         raise SpladekitError(f"{where} {assignment!r}: expected section.key=value")
-    key = key.strip()
-    if key not in all_keys(TrainConfig):
-        raise unknown_key(key, all_keys(TrainConfig), where)
+    key, keys = key.strip(), all_keys(TrainConfig)
+    if key not in keys:
+        raise unknown_key(key, keys, where)
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as error:
