@@ -10,8 +10,9 @@ sentence-transformers, side by side, each configuration in its own fresh process
   tokenized by the model's tokenizer (real lengths). A training batch is ``--batch`` queries with a positive and a
   negative passage each, drawn at random (real batches are padded to their longest text).
 * **Training step**: spladekit encodes queries and passages (``SparseEncoder.forward_texts`` with
-  ``--length-groups`` groups; 1 = one padded batch), InfoNCE over in-batch passages + FLOPS on both sides, AdamW;
-  sentence-transformers runs its ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` with the same FLOPS weights.
+  ``--length-groups`` groups, 1 = one padded batch, or ``packed``: the texts packed into rows without padding),
+  InfoNCE over in-batch passages + FLOPS on both sides, AdamW; sentence-transformers runs its
+  ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` with the same FLOPS weights.
 * **Encoding**: ``--encode-docs`` passages at batch 32, both tools sorting by length. The encode pass runs after the
   training steps, on the weights they left: its measured active terms per passage (reported) fall below the
   calibrated level (a few AdamW steps at random init move the logits), and it does not use ``--length-groups``.
@@ -20,7 +21,7 @@ Each configuration runs in a subprocess: one warm-up step, then ``--steps`` time
 configurations alternate ``--rounds`` times and the best round counts. Reported: steps/s, real tokens/s, docs/s, peak
 RSS (``ru_maxrss``), and the ratios to sentence-transformers.
 
-    python benchmarks/real_inputs.py --active init,2000,200 --length-groups 1,4 --output real-inputs.json
+    python benchmarks/real_inputs.py --active init,2000,200 --length-groups 1,4,packed --output real-inputs.json
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def worker(args: argparse.Namespace) -> None:
         [(rng.choice(queries), rng.choice(passages), rng.choice(passages)) for _ in range(args.batch)]
         for _ in range(args.steps + 1)
     ]
-    tool, groups = args.worker.split(":")
+    tool, layout = args.worker.split(":")
+    packing = layout == "packed"
+    groups = 1 if packing else int(layout)
     if tool == "st":
         from sentence_transformers.base.modules import Transformer
         from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
@@ -139,8 +142,8 @@ def worker(args: argparse.Namespace) -> None:
             tokens += sum(int(f["attention_mask"].sum()) for f in features)
             loss = sum(loss_fn(features, None).values())
         else:
-            q, read_q = model.forward_texts(q_texts, 32, int(groups))
-            d, read_d = model.forward_texts(p_texts + n_texts, args.max_length, int(groups))
+            q, read_q = model.forward_texts(q_texts, 32, groups, packing)
+            d, read_d = model.forward_texts(p_texts + n_texts, args.max_length, groups, packing)
             tokens += read_q + read_d
             ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
             loss = ranking + LAMBDA * flops(q) + LAMBDA * flops(d)
@@ -195,7 +198,11 @@ def main() -> None:
         "--queries", type=Path, default=SHARED / "data" / "msmarco-passage-queries-qrels" / "queries-dev-small.jsonl"
     )
     parser.add_argument("--active", default="init,2000,200", help="comma-separated: init, or terms per passage")
-    parser.add_argument("--length-groups", default="1,4", help="spladekit configurations (1: one padded batch)")
+    parser.add_argument(
+        "--length-groups",
+        default="1,4,packed",
+        help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing)",
+    )
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)

@@ -78,6 +78,11 @@ def test_resolved_config_round_trips(tmp_path):
         (MINIMAL, ["data.teacher=t.jsonl"], "does not use teacher scores"),
         (MINIMAL, ["data.format=id_triplets"], "needs data.queries and data.collection"),
         (MINIMAL, ["optimization.batch_size=6", "optimization.accumulation=4"], "must be a multiple of"),
+        (
+            MINIMAL,
+            ["optimization.packing=true", "optimization.length_groups=4"],
+            "optimization.packing and optimization.length_groups (4) exclude each other",
+        ),
         ({"data": {"path": "x"}}, [], "backbone.id is required"),
     ],
 )

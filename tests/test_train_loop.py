@@ -178,27 +178,31 @@ def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
         torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
 
 
-def test_length_groups_train_the_same_model(tiny_bert, triplets_file, tmp_path):
-    """optimization.length_groups: each side of the batch cut by length into padded groups = one padded batch:
-    same losses, same gradient norms, same weights (with accumulation, whose cache replays the groups too)."""
+LAYOUTS = {"padded": {}, "groups": {"length_groups": 3}, "packed": {"packing": True}}
+
+
+def test_length_groups_and_packing_train_the_same_model(tiny_bert, triplets_file, tmp_path):
+    """optimization.length_groups (each side of the batch cut by length into padded groups) and
+    optimization.packing (texts packed into rows) = one padded batch: same losses, same gradient norms, same
+    weights (with accumulation, whose cache replays the groups and rows too)."""
     runs = {}
-    for groups, accumulation in ((1, 1), (3, 1), (3, 2)):
+    for layout, accumulation in (("padded", 1), ("groups", 1), ("groups", 2), ("packed", 1), ("packed", 2)):
         config = tiny_config(
             tiny_bert,
             triplets_file,
-            optimization={"steps": 3, "length_groups": groups, "accumulation": accumulation},
+            optimization={"steps": 3, "accumulation": accumulation, **LAYOUTS[layout]},
             regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
         )
-        runs[groups, accumulation] = train(config, tmp_path / f"g{groups}a{accumulation}").output
-    one = read_metrics(runs[1, 1])
-    for key in ((3, 1), (3, 2)):
+        runs[layout, accumulation] = train(config, tmp_path / f"{layout}{accumulation}").output
+    one = read_metrics(runs["padded", 1])
+    for key in (("groups", 1), ("groups", 2), ("packed", 1), ("packed", 2)):
         other = read_metrics(runs[key])
         assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in one], abs=1e-5)
         assert [r["grad_norm"] for r in other] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
         # the same real tokens counted: equal ratio of tokens/s to examples/s
         ratios = [[r["tokens_per_s"] / r["examples_per_s"] for r in run] for run in (other, one)]
         assert ratios[0] == pytest.approx(ratios[1], rel=1e-9)
-        weights = [load_file(runs[k] / "model" / "model.safetensors") for k in ((1, 1), key)]
+        weights = [load_file(runs[k] / "model" / "model.safetensors") for k in (("padded", 1), key)]
         for name, tensor in weights[0].items():
             torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
 

@@ -33,6 +33,7 @@ from spladekit.model.backbone import (
 )
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
+from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
 from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
 
 METADATA_FILE = "spladekit.json"
@@ -374,27 +375,48 @@ class SparseEncoder(nn.Module):
         return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, batch["attention_mask"])
 
     def forward_texts(
-        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1
+        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1, packing: bool = False
     ) -> tuple[torch.Tensor, int]:
         """Differentiable B × V vectors of ``texts`` (in order) and the real tokens read: one padded batch
-        (``groups=1``), or the texts cut by token length into at most ``groups`` batches (:func:`length_groups`),
-        each padded only to its own longest text. Every text is encoded on its own either way (positions, masks
-        and pooling are per text), so the vectors are the same up to float rounding; fewer padded tokens go
-        through the backbone and the head."""
-        if groups == 1:
+        (``groups=1``), the texts cut by token length into at most ``groups`` batches (:func:`length_groups`),
+        each padded only to its own longest text, or (``packing=True``) the texts packed end to end into rows as
+        long as the longest (:mod:`spladekit.model.packing`; the padded batch where the architecture cannot
+        pack or packing saves no row). Every text is encoded on its own either way (positions, masks and
+        pooling are per text), so the vectors are the same up to float rounding; fewer padded tokens go through
+        the backbone."""
+        if packing and groups != 1:
+            raise SpladekitError(f"packing and length groups ({groups}) exclude each other: choose one")
+        if groups == 1 and not (packing and packable(self.model)):
             batch = self.tokenize(list(texts), max_length)
             return self(batch), int(batch["attention_mask"].sum())
         encodings = self.tokenizer(list(texts), truncation=True, max_length=self.token_limit(max_length))
         lengths = np.array([len(ids) for ids in encodings["input_ids"]])
+        if packing:
+            return self._forward_packed(encodings), int(lengths.sum())
         parts, order = [], []
         for members in length_groups(lengths, groups):
             features = {name: [encodings[name][i] for i in members] for name in self._input_names if name in encodings}
-            padded = self.tokenizer.pad(features, return_tensors="pt")
-            parts.append(self({name: padded[name].to(self.device) for name in features}))
+            parts.append(self._forward_padded(features))
             order.extend(members.tolist())
         inverse = torch.empty(len(order), dtype=torch.long, device=self.device)
         inverse[torch.tensor(order, device=self.device)] = torch.arange(len(order), device=self.device)
         return torch.cat(parts)[inverse], int(lengths.sum())
+
+    def _forward_padded(self, features: dict[str, list[list[int]]]) -> torch.Tensor:
+        padded = self.tokenizer.pad(features, return_tensors="pt")
+        return self({name: padded[name].to(self.device) for name in features})
+
+    def _forward_packed(self, encodings: dict[str, list[list[int]]]) -> torch.Tensor:
+        """Vectors of tokenized texts through packed rows (:func:`spladekit.model.packing.pack`); one padded
+        batch when packing leaves every text in a row of its own (nothing to save; no mask to build)."""
+        features = {name: encodings[name] for name in self._input_names if name in encodings}
+        packed = pack(features, self.tokenizer.pad_token_id, position_offset(self.model), self.device)
+        if packed.shape[0] == len(features["input_ids"]):
+            return self._forward_padded(features)
+        inputs = dict(packed.inputs, attention_mask=block_diagonal_mask(self.model, packed))
+        with projection_bypassed(self.model) as projection:
+            hidden, mask = unpack(self.model(**inputs).logits, packed)
+        return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, mask)
 
     def encode(
         self,

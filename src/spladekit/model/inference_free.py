@@ -437,10 +437,10 @@ class InferenceFreeEncoder(nn.Module):
         return self.document_encoder.tokenize(texts, max_length)
 
     def forward_texts(
-        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1
+        self, texts: Sequence[str], max_length: int | None = None, groups: int = 1, packing: bool = False
     ) -> tuple[torch.Tensor, int]:
         """Differentiable document vectors and the real tokens read (the document encoder's ``forward_texts``)."""
-        return self.document_encoder.forward_texts(texts, max_length, groups)
+        return self.document_encoder.forward_texts(texts, max_length, groups, packing)
 
     def encode_document(
         self,

@@ -108,6 +108,12 @@ class OptimizationConfig:
         "own longest text: less compute on padding, the same vectors",
         minimum=1,
     )
+    packing: bool = declared(
+        False,
+        "pack each side's texts end to end into rows as long as its longest text (per-text positions, a "
+        "block-diagonal attention mask): no compute on padding in the backbone, the same vectors; BERT, "
+        "DistilBERT, ALBERT, ELECTRA, RoBERTa and ModernBERT families (others stay padded)",
+    )
 
 
 @dataclass
@@ -243,6 +249,11 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         fail(
             f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
             f"optimization.accumulation ({config.optimization.accumulation})"
+        )
+    if config.optimization.packing and config.optimization.length_groups != 1:
+        fail(
+            f"optimization.packing and optimization.length_groups ({config.optimization.length_groups}) exclude "
+            "each other: packing already removes the padding; set length_groups to 1"
         )
     if config.model.kind == "splade" and config.model.freeze_query_weights:
         fail("model.freeze_query_weights applies to model.kind 'inference-free' (a query weight table)")

@@ -36,6 +36,7 @@ class StepSettings:
     loss: str
     regularizer: str
     length_groups: int = 1
+    packing: bool = False
 
     @classmethod
     def of(cls, config: TrainConfig) -> StepSettings:
@@ -47,6 +48,7 @@ class StepSettings:
             config.loss.name,
             config.regularizer.name,
             config.optimization.length_groups,
+            config.optimization.packing,
         )
 
 
@@ -80,10 +82,12 @@ def encode_examples(
         if isinstance(encoder, InferenceFreeEncoder):
             queries = encoder.query_forward(texts, settings.query_max_length)
         else:
-            queries, read = encoder.forward_texts(texts, settings.query_max_length, settings.length_groups)
+            queries, read = encoder.forward_texts(
+                texts, settings.query_max_length, settings.length_groups, settings.packing
+            )
             tokens += read
         documents = [e.positive for e in examples] + [doc for e in examples for doc in e.negatives]
-        docs, read = encoder.forward_texts(documents, settings.doc_max_length, settings.length_groups)
+        docs, read = encoder.forward_texts(documents, settings.doc_max_length, settings.length_groups, settings.packing)
         tokens += read
     b = len(examples)
     return Encoded(queries.float(), docs[:b].float(), docs[b:].float().view(b, settings.negatives, -1), tokens)
