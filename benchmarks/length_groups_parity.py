@@ -1,7 +1,9 @@
-"""Effectiveness parity of ``optimization.length_groups`` (issue 27): the same training with one padded batch per
-side and with the batch cut into length groups, then both models evaluated on one collection.
+"""Effectiveness parity of ``optimization.length_groups`` and ``optimization.packing`` (issue 27): the same training
+with one padded batch per side, with the batch cut into length groups, and with its texts packed into rows, then
+the models evaluated on one collection.
 
-Trains ``--config`` (with ``--set`` overrides) once per value of ``--groups``, each from the same seed, evaluates
+Trains ``--config`` (with ``--set`` overrides) once per value of ``--groups`` (a number of length groups, or
+``packed``), each from the same seed, evaluates
 every model on ``--data`` (nothing cached), and reports nDCG@10 (and the collection's other measures), a paired
 randomization test over queries against the first value, the training wall time, and how far the trained
 weights and the vectors of the first ``--sample`` documents are from the first value's. With ``--dropout both``
@@ -11,7 +13,7 @@ separates the runs) and on (the default: the masks are another draw, so the runs
     python benchmarks/length_groups_parity.py --config configs/train-example.yaml \
         --set backbone.id=../shared/models/splade-tiny-msmarco \
         --set data.path=../shared/data/scifact/triplets-train.tsv --set optimization.steps=200 \
-        --data ../shared/data/scifact --groups 1,4 --dropout both --work /tmp/lgp --output parity.json
+        --data ../shared/data/scifact --groups 1,4,packed --dropout both --work /tmp/lgp --output parity.json
 """
 
 from __future__ import annotations
@@ -38,13 +40,24 @@ def weight_distance(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return worst
 
 
+def layout(value: str) -> tuple[str, list[str]]:
+    """A ``--groups`` value's run name and config overrides: ``packed``, or a number of length groups."""
+    if value == "packed":
+        return "packed", ["optimization.packing=true"]
+    if not value.isdigit():
+        raise SystemExit(f"length_groups_parity.py: --groups: expected numbers or 'packed', got {value!r}")
+    return f"groups{value}", [f"optimization.length_groups={value}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, type=Path, help="a `spladekit train` config")
     parser.add_argument("--set", action="append", default=[], help="config override KEY=VALUE (repeatable)")
     parser.add_argument("--data", required=True, help="evaluation collection (folder, ir_datasets or HF id)")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--groups", default="1,4", help="length_groups values; the first is the reference")
+    parser.add_argument(
+        "--groups", default="1,4,packed", help="length_groups values or 'packed'; the first is the reference"
+    )
     parser.add_argument("--dropout", choices=("on", "off", "both"), default="both")
     parser.add_argument("--max-length", type=int, default=256, help="evaluation document token limit")
     parser.add_argument("--sample", type=int, default=256, help="documents whose vectors are compared")
@@ -59,16 +72,13 @@ def main() -> None:
     from spladekit.experiments.stats import paired_test
     from spladekit.train import load_config, train
 
-    groups = [int(value) for value in args.groups.split(",")]
+    layouts = dict(layout(value) for value in args.groups.split(","))
     dropouts = {"on": [True], "off": [False], "both": [False, True]}[args.dropout]
     try:  # every bad argument is one line naming it, before any training
         configs = {
-            (dropout, n): load_config(
-                args.config,
-                [*args.set, f"optimization.length_groups={n}", f"backbone.dropout={str(dropout).lower()}"],
-            )
+            (dropout, n): load_config(args.config, [*args.set, *overrides, f"backbone.dropout={str(dropout).lower()}"])
             for dropout in dropouts
-            for n in groups
+            for n, overrides in layouts.items()
         }
         collection = load_collection(args.data, split=args.split)
         if args.work.exists():
@@ -79,8 +89,8 @@ def main() -> None:
     report: dict = {"command": " ".join(sys.argv), "torch": torch.__version__, "runs": {}}
     for dropout in dropouts:
         reference = None
-        for n in groups:
-            name = f"dropout-{'on' if dropout else 'off'}__groups{n}"
+        for n in layouts:
+            name = f"dropout-{'on' if dropout else 'off'}__{n}"
             started = time.perf_counter()
             run = train(configs[dropout, n], args.work / name)
             seconds = time.perf_counter() - started
