@@ -118,26 +118,40 @@ def pack(encodings: dict[str, list[list[int]]], pad_token_id: int, offset: int, 
 
 def block_diagonal_mask(model: PreTrainedModel, packed: PackedBatch) -> torch.Tensor | dict[str, torch.Tensor]:
     """The block-diagonal mask of ``packed`` in the form ``model``'s attention implementation reads, made by
-    transformers' mask functions: a token attends to the tokens of its own text (a row's padding, segment 0,
-    only to padding, so no query row is empty). ModernBERT gets ``{"full_attention", "sliding_attention"}``."""
+    transformers' mask interface (``sdpa_mask``: booleans, ``eager_mask``: 0 / lowest float): a token attends to
+    the tokens of its own text (a row's padding, segment 0, only to padding, so no query row is empty). The mask
+    functions are index-based, so they are broadcast without ``vmap`` (~400× faster here: 8 µs against 3 ms for
+    8 × 11 tokens). ModernBERT gets ``{"full_attention", "sliding_attention"}``, its local layers' window
+    intersected with the blocks."""
     from transformers.masking_utils import (
-        create_bidirectional_mask,
-        create_bidirectional_sliding_window_mask,
+        ALL_MASK_ATTENTION_FUNCTIONS,
+        and_masks,
+        bidirectional_mask_function,
         packed_sequence_mask_function,
+        sliding_window_bidirectional_overlay,
     )
 
-    dtype = next(model.parameters()).dtype
-    shape_of = torch.empty(*packed.shape, 0, dtype=dtype, device=packed.segments.device)
-    arguments = dict(
-        config=model.config,
-        inputs_embeds=shape_of,
-        attention_mask=None,
-        and_mask_function=packed_sequence_mask_function(packed.segments),
-    )
-    full = create_bidirectional_mask(**arguments)
-    if model.config.model_type != "modernbert":
-        return full
-    return {"full_attention": full, "sliding_attention": create_bidirectional_sliding_window_mask(**arguments)}
+    config = model.config
+    rows, width = packed.shape
+    same_text = and_masks(bidirectional_mask_function, packed_sequence_mask_function(packed.segments))
+
+    def build(mask_function):
+        return ALL_MASK_ATTENTION_FUNCTIONS[config._attn_implementation](
+            batch_size=rows,
+            q_length=width,
+            kv_length=width,
+            mask_function=mask_function,
+            dtype=next(model.parameters()).dtype,
+            device=packed.segments.device,
+            use_vmap=False,
+            allow_is_causal_skip=False,  # never None: without it a mask function is taken for a causal one
+            allow_is_bidirectional_skip=False,
+        )
+
+    if config.model_type != "modernbert":
+        return build(same_text)
+    window = sliding_window_bidirectional_overlay(config.sliding_window)
+    return {"full_attention": build(same_text), "sliding_attention": build(and_masks(window, same_text))}
 
 
 def unpack(hidden: torch.Tensor, packed: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
