@@ -11,10 +11,11 @@ of nearly one length; packing would save at most the rest. This tokenizes the fi
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
+
+from real_inputs import read_texts  # the benchmarks' one reader of passages (title + text)
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -38,13 +39,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(args.backbone_files)
-    texts = []
-    with args.passages.open(encoding="utf-8") as lines:
-        for line in lines:
-            row = json.loads(line)
-            texts.append(f"{row.get('title', '')} {row['text']}".strip())
-            if len(texts) == max(counts):
-                break
+    texts = read_texts(args.passages, max(counts))
     lengths = np.array([len(ids) for ids in tokenizer(texts, truncation=True, max_length=args.max_length).input_ids])
     header = f"sorted batches of {args.batch}: real / computed | random batches: real / computed"
     print(f"| texts | mean tokens | {header} |")

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from real_inputs import read_texts  # the benchmarks' one reader of passages (title + text)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 sys.path.insert(0, str(ROOT / "src"))
@@ -55,13 +57,7 @@ def main() -> None:
     torch.manual_seed(0)
     config = AutoConfig.from_pretrained(args.backbone_files)
     tokenizer = AutoTokenizer.from_pretrained(args.backbone_files)
-    texts = []
-    with args.passages.open(encoding="utf-8") as lines:
-        for line in lines:
-            row = json.loads(line)
-            texts.append(f"{row.get('title', '')} {row['text']}".strip())
-            if len(texts) == 4000:
-                break
+    texts = read_texts(args.passages, 4000)
     batch = random.Random(0).sample(texts, args.batch)
     lengths = np.array([len(ids) for ids in tokenizer(batch, truncation=True, max_length=args.max_length).input_ids])
     width, vocab = config.hidden_size, config.vocab_size
