@@ -53,6 +53,34 @@ def test_packed_rows_give_the_padded_batchs_vectors_and_gradients(arch, tiny_mod
     assert_same(vectors_and_gradients(encoder, texts, True), vectors_and_gradients(encoder, texts, False))
 
 
+@pytest.mark.parametrize("config_class", ["ElectraConfig", "XLMRobertaConfig", "CamembertConfig"])
+def test_the_other_packable_architectures_give_the_padded_vectors(config_class, tmp_path):
+    """PACKABLE's members beyond the seed architectures, each a tiny random model: ELECTRA (BERT-like) and the
+    RoBERTa family's XLM-R and CamemBERT (positions from padding_idx + 1)."""
+    import transformers as T
+
+    from tiny_models import MAX_POSITIONS, VOCAB, tiny_tokenizer
+
+    torch.manual_seed(0)
+    config = getattr(T, config_class)(
+        vocab_size=len(VOCAB),
+        pad_token_id=0,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=MAX_POSITIONS + 2,
+        **({"embedding_size": 16} if config_class == "ElectraConfig" else {}),
+    )
+    T.AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    encoder = SparseEncoder.from_pretrained(tmp_path)
+    texts = TEXTS * 3
+    assert packable(encoder.model) and rows_of(encoder, texts) == 9
+    assert position_offset(encoder.model) == (0 if config_class == "ElectraConfig" else 1)
+    assert_same(vectors_and_gradients(encoder, texts, True), vectors_and_gradients(encoder, texts, False))
+
+
 def test_packing_builds_the_mask_eager_attention_reads(tiny_model_dirs):
     """Eager attention adds a float mask (sdpa takes booleans): transformers' mask functions give each its form."""
     encoder = load(tiny_model_dirs["bert"], "bert")
