@@ -10,7 +10,8 @@ sentence-transformers, side by side, each configuration in its own fresh process
   tokenized by the model's tokenizer (real lengths). A training batch is ``--batch`` queries with a positive and a
   negative passage each, drawn at random (real batches are padded to their longest text).
 * **Training step**: spladekit encodes queries and passages (``SparseEncoder.forward_texts`` with
-  ``--length-groups`` groups, 1 = one padded batch, or ``packed``: the texts packed into rows without padding),
+  ``--length-groups`` groups, 1 = one padded batch, or ``packed``: the texts packed into rows without padding;
+  ``+checkpointing``: activation checkpointing of every layer, as ``optimization.activation_checkpointing: 1``),
   InfoNCE over in-batch passages + FLOPS on both sides, AdamW; sentence-transformers runs its
   ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` with the same FLOPS weights.
 * **Encoding**: ``--encode-docs`` passages at batch 32, both tools sorting by length. The encode pass runs after the
@@ -110,7 +111,8 @@ def worker(args: argparse.Namespace) -> None:
         for _ in range(args.steps + 1)
     ]
     tool, layout = args.worker.split(":")
-    packing = layout == "packed"
+    layout, _, extra = layout.partition("+")
+    packing, checkpointing = layout == "packed", extra == "checkpointing"
     groups = 1 if packing else int(layout)
     if tool == "st":
         from sentence_transformers.base.modules import Transformer
@@ -130,6 +132,8 @@ def worker(args: argparse.Namespace) -> None:
         from spladekit import SparseEncoder
 
         model = SparseEncoder.from_pretrained(args.model, max_length=args.max_length)
+        if checkpointing:  # as optimization.activation_checkpointing: 1 does
+            model.model.activation_checkpointing_enable()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
@@ -201,7 +205,8 @@ def main() -> None:
     parser.add_argument(
         "--length-groups",
         default="1,4,packed",
-        help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing)",
+        help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with an "
+        "optional '+checkpointing' (activation checkpointing of every layer)",
     )
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)

@@ -80,6 +80,11 @@ def test_resolved_config_round_trips(tmp_path):
         (MINIMAL, ["optimization.batch_size=6", "optimization.accumulation=4"], "must be a multiple of"),
         (
             MINIMAL,
+            ["optimization.activation_checkpointing=1", "backbone.dropout=false"],
+            "optimization.activation_checkpointing needs backbone.dropout: true",
+        ),
+        (
+            MINIMAL,
             ["optimization.packing=true", "optimization.length_groups=4"],
             "optimization.packing and optimization.length_groups (4) exclude each other",
         ),

@@ -207,6 +207,59 @@ def test_length_groups_and_packing_train_the_same_model(tiny_bert, triplets_file
             torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
 
 
+def test_activation_checkpointing_trains_the_same_model(tiny_bert, triplets_file, tmp_path, monkeypatch):
+    """optimization.activation_checkpointing recomputes the layers in the backward with their dropout masks
+    replayed: with dropout on, the same losses, gradient norms and weights as keeping the activations (with
+    accumulation too, whose cache replays the forward again); and the layers are checkpointed."""
+    from transformers.models.bert import modeling_bert
+
+    calls = {}
+    attention_forward = modeling_bert.BertAttention.forward  # inside the layer: BertLayer's own wrapper stays
+
+    def counted(self, *args, **kwargs):  # a checkpointed layer runs again in the backward
+        calls[current] = calls.get(current, 0) + 1
+        return attention_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(modeling_bert.BertAttention, "forward", counted)
+    runs = {}
+    for every, accumulation in ((0, 1), (1, 1), (0, 2), (2, 2)):
+        current = every, accumulation
+        config = tiny_config(
+            tiny_bert,
+            triplets_file,
+            backbone={"id": str(tiny_bert), "dropout": True},
+            optimization={"steps": 3, "accumulation": accumulation, "activation_checkpointing": every},
+        )
+        runs[current] = train(config, tmp_path / f"c{every}a{accumulation}").output
+    assert calls[1, 1] - calls[0, 1] == 3 * 2 * 2  # each of 3 steps recomputes both sides' 2 layers once
+    assert calls[2, 2] > calls[0, 2]  # every second layer, in each micro-batch's pass with gradients
+    for checkpointed, kept in (((1, 1), (0, 1)), ((2, 2), (0, 2))):  # dropout draws depend on the micro-batches
+        other, one = read_metrics(runs[checkpointed]), read_metrics(runs[kept])
+        assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in one], abs=1e-5)
+        assert [r["grad_norm"] for r in other] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
+        weights = [load_file(runs[k] / "model" / "model.safetensors") for k in (kept, checkpointed)]
+        for name, tensor in weights[0].items():
+            torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
+
+
+def test_a_backbone_without_activation_checkpointing_is_refused_before_any_work(
+    tiny_model_dirs, triplets_file, tmp_path
+):
+    """ALBERT cannot checkpoint its (shared) layers: one error naming it, and the run being replaced is untouched."""
+    output = tmp_path / "run"
+    output.mkdir()
+    (output / "keep.txt").write_text("an earlier run")
+    config = tiny_config(
+        tiny_model_dirs["albert"],
+        triplets_file,
+        backbone={"id": str(tiny_model_dirs["albert"]), "dropout": True},
+        optimization={"activation_checkpointing": 1},
+    )
+    with pytest.raises(SpladekitError, match="optimization.activation_checkpointing: AlbertForMaskedLM does not"):
+        train(config, output, overwrite=True)
+    assert (output / "keep.txt").read_text() == "an earlier run"
+
+
 def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
     """With dropout on, the two passes of accumulation see the same masks: the gradient equals the one of
     encoding both micro-batches with a graph in one go (same RNG sequence)."""

@@ -114,6 +114,13 @@ class OptimizationConfig:
         "block-diagonal attention mask): no compute on padding in the backbone, the same vectors; BERT, "
         "DistilBERT, ALBERT, ELECTRA, RoBERTa and ModernBERT families (others stay padded)",
     )
+    activation_checkpointing: int = declared(
+        0,
+        "recompute the activations of every N-th backbone layer in the backward instead of keeping them "
+        "(transformers' activation checkpointing; 0: off, 1: every layer): less memory for more compute, the same "
+        "gradients; needs backbone.dropout true",
+        minimum=0,
+    )
 
 
 @dataclass
@@ -254,6 +261,11 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         fail(
             f"optimization.packing and optimization.length_groups ({config.optimization.length_groups}) exclude "
             "each other: packing already removes the padding; set length_groups to 1"
+        )
+    if config.optimization.activation_checkpointing and not config.backbone.dropout:
+        fail(
+            "optimization.activation_checkpointing needs backbone.dropout: true (transformers recomputes layers "
+            "only in training mode, which is what dropout false turns off)"
         )
     if config.model.kind == "splade" and config.model.freeze_query_weights:
         fail("model.freeze_query_weights applies to model.kind 'inference-free' (a query weight table)")

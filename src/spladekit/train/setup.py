@@ -75,6 +75,19 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     ), record
 
 
+def checkpoint_activations(encoder: RetrievalModel, every: int) -> None:
+    """Activation checkpointing of every ``every``-th backbone layer (``optimization.activation_checkpointing``;
+    0: none): transformers' own (``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``,
+    which replays the layer's dropout masks from the saved RNG state, so the gradients are those of the run
+    without it). A backbone that cannot is a :class:`SpladekitError` naming it."""
+    if not every:
+        return
+    try:
+        encoder.model.activation_checkpointing_enable(every_n_layers=every)
+    except ValueError as error:
+        raise SpladekitError(f"optimization.activation_checkpointing: {error}") from None
+
+
 def initial_head_report(
     encoder: SparseEncoder, config: TrainConfig, training_set: TrainingSet, rescaling: RescaleRecord
 ) -> HeadReport:

@@ -1,0 +1,141 @@
+"""Where a training step's peak memory is (issue 27): resident memory per phase of one step, spladekit against
+sentence-transformers, on the inputs of ``benchmarks/real_inputs.py`` (BERT-base-shaped random weights, 8 MS MARCO
+dev queries + 16 trec-dl-2019-subset passages, InfoNCE + FLOPS, AdamW).
+
+Each configuration runs in its own process: a warm-up step (AdamW allocates its state there), then one measured
+step whose phases — forward and loss, backward, optimizer step, zero_grad — each start by returning freed memory
+to the system (glibc's ``malloc_trim``, so the resident memory is what is live) and resetting the kernel's
+peak-RSS counter (``/proc/self/clear_refs`` = 5), and end by reading it (``VmHWM``): every phase reports the
+resident memory it started at and the peak it reached. Reported in MB.
+
+    python benchmarks/train_memory_phases.py --configs st,padded,packed
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from real_inputs import LAMBDA, SHARED, flops, make_model, read_texts
+
+PHASES = ("forward", "backward", "optimizer", "zero_grad")
+
+
+def status_mb(field: str) -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field)) / 1024
+
+
+def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    queries, passages = read_texts(args.queries, 4000), read_texts(args.passages, 4000)
+    rng = random.Random(0)
+    batches = [[(rng.choice(queries), rng.choice(passages), rng.choice(passages)) for _ in range(8)] for _ in range(2)]
+    if config == "st":
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
+        from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+        from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+        mlm = Transformer(str(model_folder), transformer_task="fill-mask", max_seq_length=args.max_length)
+        model = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu")
+        loss_fn = SpladeLoss(
+            model,
+            SparseMultipleNegativesRankingLoss(model),
+            document_regularizer_weight=LAMBDA,
+            query_regularizer_weight=LAMBDA,
+        )
+    else:
+        from spladekit import SparseEncoder
+
+        model = SparseEncoder.from_pretrained(model_folder, max_length=args.max_length)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+
+    def loss_of(batch) -> torch.Tensor:
+        q_texts, p_texts, n_texts = (list(column) for column in zip(*batch))
+        if config == "st":
+            features = [model.tokenize(texts) for texts in (q_texts, p_texts, n_texts)]
+            return sum(loss_fn(features, None).values())
+        packing = config == "packed"
+        q, _ = model.forward_texts(q_texts, 32, packing=packing)
+        d, _ = model.forward_texts(p_texts + n_texts, args.max_length, packing=packing)
+        ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
+        return ranking + LAMBDA * flops(q) + LAMBDA * flops(d)
+
+    loss_of(batches[0]).backward()  # warm-up: AdamW's state is allocated in this first step
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    libc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+    libc_trim(0)
+    report = {"config": config, "after_warm_up": status_mb("VmRSS")}
+    loss = None
+
+    def phase(name: str, action) -> None:
+        libc_trim(0)
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        start = status_mb("VmRSS")
+        action()
+        report[name] = {"start": start, "peak": status_mb("VmHWM"), "end": status_mb("VmRSS")}
+
+    def forward() -> None:
+        nonlocal loss
+        loss = loss_of(batches[1])
+
+    phase("forward", forward)
+    phase("backward", lambda: loss.backward())
+    phase("optimizer", optimizer.step)
+    phase("zero_grad", lambda: optimizer.zero_grad(set_to_none=True))
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backbone-files", type=Path, default=SHARED / "backbone-files" / "bert-base-uncased")
+    parser.add_argument("--passages", type=Path, default=SHARED / "data" / "trec-dl-2019-subset" / "corpus.jsonl")
+    parser.add_argument(
+        "--queries", type=Path, default=SHARED / "data" / "msmarco-passage-queries-qrels" / "queries-dev-small.jsonl"
+    )
+    parser.add_argument("--configs", default="st,padded,packed", help="comma-separated: st, padded, packed")
+    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--output", type=Path)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.model, args)))
+        return
+    configs = args.configs.split(",")
+    if set(configs) - {"st", "padded", "packed"}:
+        raise SystemExit(f"train_memory_phases.py: --configs: expected st, padded or packed, got {args.configs!r}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="memory-phases-") as scratch:
+        make_model(args.backbone_files, Path(scratch))
+        for config in configs:
+            command = [sys.executable, __file__, "--worker", config, "--model", scratch]
+            for name in ("passages", "queries", "max_length", "threads"):
+                command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+            result = subprocess.run(command, capture_output=True, text=True, check=True)
+            rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    print("| config | after warm-up | " + " | ".join(f"{name}: start → peak" for name in PHASES) + " |")
+    print("|---|---:|" + "---:|" * len(PHASES))
+    for row in rows:
+        cells = " | ".join(f"{row[name]['start']:,.0f} → {row[name]['peak']:,.0f}" for name in PHASES)
+        print(f"| {row['config']} | {row['after_warm_up']:,.0f} | {cells} |")
+    if args.output:
+        args.output.write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
