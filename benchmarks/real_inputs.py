@@ -11,7 +11,8 @@ sentence-transformers, side by side, each configuration in its own fresh process
   negative passage each, drawn at random (real batches are padded to their longest text).
 * **Training step**: spladekit encodes queries and passages (``SparseEncoder.forward_texts`` with
   ``--length-groups`` groups, 1 = one padded batch, or ``packed``: the texts packed into rows without padding;
-  ``+checkpointing``: activation checkpointing of every layer, as ``optimization.activation_checkpointing: 1``),
+  ``+checkpointing`` / ``+checkpointingN``: activation checkpointing of every / every N-th layer, as
+  ``optimization.activation_checkpointing: 1`` / ``N``),
   InfoNCE over in-batch passages + FLOPS on both sides, AdamW; sentence-transformers runs its
   ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` with the same FLOPS weights.
 * **Encoding**: ``--encode-docs`` passages at batch 32, both tools sorting by length. The encode pass runs after the
@@ -112,7 +113,8 @@ def worker(args: argparse.Namespace) -> None:
     ]
     tool, layout = args.worker.split(":")
     layout, _, extra = layout.partition("+")
-    packing, checkpointing = layout == "packed", extra == "checkpointing"
+    packing = layout == "packed"
+    every = int(extra.removeprefix("checkpointing") or 1) if extra else 0  # checkpointing every N-th layer
     groups = 1 if packing else int(layout)
     if tool == "st":
         from sentence_transformers.base.modules import Transformer
@@ -132,8 +134,8 @@ def worker(args: argparse.Namespace) -> None:
         from spladekit import SparseEncoder
 
         model = SparseEncoder.from_pretrained(args.model, max_length=args.max_length)
-        if checkpointing:  # as optimization.activation_checkpointing: 1 does
-            model.model.activation_checkpointing_enable()
+        if every:  # as optimization.activation_checkpointing: N does
+            model.model.activation_checkpointing_enable(every_n_layers=every)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
@@ -206,7 +208,7 @@ def main() -> None:
         "--length-groups",
         default="1,4,packed",
         help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with an "
-        "optional '+checkpointing' (activation checkpointing of every layer)",
+        "optional '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer)",
     )
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)

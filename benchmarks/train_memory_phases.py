@@ -8,7 +8,7 @@ to the system (glibc's ``malloc_trim``, so the resident memory is what is live) 
 peak-RSS counter (``/proc/self/clear_refs`` = 5), and end by reading it (``VmHWM``): every phase reports the
 resident memory it started at and the peak it reached. Reported in MB.
 
-    python benchmarks/train_memory_phases.py --configs st,padded,packed
+    python benchmarks/train_memory_phases.py --configs st,padded,packed,packed+checkpointing
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
         from spladekit import SparseEncoder
 
         model = SparseEncoder.from_pretrained(model_folder, max_length=args.max_length)
+        if config.endswith("+checkpointing"):  # as optimization.activation_checkpointing: 1 does
+            model.model.activation_checkpointing_enable()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 
@@ -66,7 +68,7 @@ def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
         if config == "st":
             features = [model.tokenize(texts) for texts in (q_texts, p_texts, n_texts)]
             return sum(loss_fn(features, None).values())
-        packing = config == "packed"
+        packing = config.startswith("packed")
         q, _ = model.forward_texts(q_texts, 32, packing=packing)
         d, _ = model.forward_texts(p_texts + n_texts, args.max_length, packing=packing)
         ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
@@ -106,7 +108,11 @@ def main() -> None:
     parser.add_argument(
         "--queries", type=Path, default=SHARED / "data" / "msmarco-passage-queries-qrels" / "queries-dev-small.jsonl"
     )
-    parser.add_argument("--configs", default="st,padded,packed", help="comma-separated: st, padded, packed")
+    parser.add_argument(
+        "--configs",
+        default="st,padded,packed,packed+checkpointing",
+        help="comma-separated: st, padded, packed, packed+checkpointing (activation checkpointing of every layer)",
+    )
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path)
@@ -117,8 +123,10 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.model, args)))
         return
     configs = args.configs.split(",")
-    if set(configs) - {"st", "padded", "packed"}:
-        raise SystemExit(f"train_memory_phases.py: --configs: expected st, padded or packed, got {args.configs!r}")
+    known = ("st", "padded", "packed", "packed+checkpointing")
+    if set(configs) - set(known):
+        expected = ", ".join(known)
+        raise SystemExit(f"train_memory_phases.py: --configs: expected some of {expected}, got {args.configs!r}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="memory-phases-") as scratch:
         make_model(args.backbone_files, Path(scratch))
