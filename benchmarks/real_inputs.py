@@ -102,6 +102,47 @@ def flops(vectors: torch.Tensor) -> torch.Tensor:
     return (vectors.abs().mean(0) ** 2).sum()
 
 
+def trainee(tool: str, folder: Path, max_length: int, groups: int = 1, packing: bool = False, every: int = 0):
+    """The model to train (in training mode) and its loss on a batch of (query, positive, negative) texts, with the
+    real tokens read: sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` (``tool`` "st"), or
+    spladekit's ``forward_texts`` (``groups``, ``packing``; checkpointing of every ``every``-th layer, as
+    ``optimization.activation_checkpointing`` does) with InfoNCE + the same FLOPS weights."""
+    if tool == "st":
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
+        from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+        from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+        mlm = Transformer(str(folder), transformer_task="fill-mask", max_seq_length=max_length)
+        st = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu").train()
+        splade_loss = SpladeLoss(
+            st,
+            SparseMultipleNegativesRankingLoss(st),
+            document_regularizer_weight=LAMBDA,
+            query_regularizer_weight=LAMBDA,
+        )
+
+        def st_loss(batch) -> tuple[torch.Tensor, int]:
+            features = [st.tokenize(list(texts)) for texts in zip(*batch)]
+            return sum(splade_loss(features, None).values()), sum(int(f["attention_mask"].sum()) for f in features)
+
+        return st, st_loss
+    from spladekit import SparseEncoder
+
+    ours = SparseEncoder.from_pretrained(folder, max_length=max_length).train()
+    if every:
+        ours.model.activation_checkpointing_enable(every_n_layers=every)
+
+    def our_loss(batch) -> tuple[torch.Tensor, int]:
+        q_texts, p_texts, n_texts = (list(column) for column in zip(*batch))
+        q, read_q = ours.forward_texts(q_texts, 32, groups, packing)
+        d, read_d = ours.forward_texts(p_texts + n_texts, max_length, groups, packing)
+        ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
+        return ranking + LAMBDA * flops(q) + LAMBDA * flops(d), read_q + read_d
+
+    return ours, our_loss
+
+
 def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -116,43 +157,14 @@ def worker(args: argparse.Namespace) -> None:
     packing = layout == "packed"
     every = int(extra.removeprefix("checkpointing") or 1) if extra else 0  # checkpointing every N-th layer
     groups = 1 if packing else int(layout)
-    if tool == "st":
-        from sentence_transformers.base.modules import Transformer
-        from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
-        from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
-        from sentence_transformers.sparse_encoder.modules import SpladePooling
-
-        mlm = Transformer(str(args.model), transformer_task="fill-mask", max_seq_length=args.max_length)
-        model = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu")
-        loss_fn = SpladeLoss(
-            model,
-            SparseMultipleNegativesRankingLoss(model),
-            document_regularizer_weight=LAMBDA,
-            query_regularizer_weight=LAMBDA,
-        )
-    else:
-        from spladekit import SparseEncoder
-
-        model = SparseEncoder.from_pretrained(args.model, max_length=args.max_length)
-        if every:  # as optimization.activation_checkpointing: N does
-            model.model.activation_checkpointing_enable(every_n_layers=every)
-    model.train()
+    model, loss_of = trainee(tool, args.model, args.max_length, groups, packing, every)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
 
     def step(batch) -> None:
         nonlocal tokens
-        q_texts, p_texts, n_texts = (list(column) for column in zip(*batch))
-        if tool == "st":
-            features = [model.tokenize(texts) for texts in (q_texts, p_texts, n_texts)]
-            tokens += sum(int(f["attention_mask"].sum()) for f in features)
-            loss = sum(loss_fn(features, None).values())
-        else:
-            q, read_q = model.forward_texts(q_texts, 32, groups, packing)
-            d, read_d = model.forward_texts(p_texts + n_texts, args.max_length, groups, packing)
-            tokens += read_q + read_d
-            ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
-            loss = ranking + LAMBDA * flops(q) + LAMBDA * flops(d)
+        loss, read = loss_of(batch)
+        tokens += read
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -196,13 +208,19 @@ def run_worker(config: str, model: Path, args: argparse.Namespace) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_inputs(parser: argparse.ArgumentParser) -> None:
+    """The model files and the texts every real-input benchmark reads (``--backbone-files``, ``--passages``,
+    ``--queries``)."""
     parser.add_argument("--backbone-files", type=Path, default=SHARED / "backbone-files" / "bert-base-uncased")
     parser.add_argument("--passages", type=Path, default=SHARED / "data" / "trec-dl-2019-subset" / "corpus.jsonl")
     parser.add_argument(
         "--queries", type=Path, default=SHARED / "data" / "msmarco-passage-queries-qrels" / "queries-dev-small.jsonl"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_inputs(parser)
     parser.add_argument("--active", default="init,2000,200", help="comma-separated: init, or terms per passage")
     parser.add_argument(
         "--length-groups",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from real_inputs import LAMBDA, SHARED, flops, make_model, read_texts
+from real_inputs import add_inputs, make_model, read_texts, trainee
 
 PHASES = ("forward", "backward", "optimizer", "zero_grad")
 
@@ -40,39 +40,15 @@ def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
     queries, passages = read_texts(args.queries, 4000), read_texts(args.passages, 4000)
     rng = random.Random(0)
     batches = [[(rng.choice(queries), rng.choice(passages), rng.choice(passages)) for _ in range(8)] for _ in range(2)]
-    if config == "st":
-        from sentence_transformers.base.modules import Transformer
-        from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
-        from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
-        from sentence_transformers.sparse_encoder.modules import SpladePooling
-
-        mlm = Transformer(str(model_folder), transformer_task="fill-mask", max_seq_length=args.max_length)
-        model = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu")
-        loss_fn = SpladeLoss(
-            model,
-            SparseMultipleNegativesRankingLoss(model),
-            document_regularizer_weight=LAMBDA,
-            query_regularizer_weight=LAMBDA,
-        )
-    else:
-        from spladekit import SparseEncoder
-
-        model = SparseEncoder.from_pretrained(model_folder, max_length=args.max_length)
-        if config.endswith("+checkpointing"):  # as optimization.activation_checkpointing: 1 does
-            model.model.activation_checkpointing_enable()
-    model.train()
+    tool = "st" if config == "st" else "ours"
+    every = 1 if config.endswith("+checkpointing") else 0
+    model, loss_with_tokens = trainee(
+        tool, model_folder, args.max_length, packing=config.startswith("packed"), every=every
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 
     def loss_of(batch) -> torch.Tensor:
-        q_texts, p_texts, n_texts = (list(column) for column in zip(*batch))
-        if config == "st":
-            features = [model.tokenize(texts) for texts in (q_texts, p_texts, n_texts)]
-            return sum(loss_fn(features, None).values())
-        packing = config.startswith("packed")
-        q, _ = model.forward_texts(q_texts, 32, packing=packing)
-        d, _ = model.forward_texts(p_texts + n_texts, args.max_length, packing=packing)
-        ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
-        return ranking + LAMBDA * flops(q) + LAMBDA * flops(d)
+        return loss_with_tokens(batch)[0]
 
     loss_of(batches[0]).backward()  # warm-up: AdamW's state is allocated in this first step
     optimizer.step()
@@ -103,11 +79,7 @@ def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backbone-files", type=Path, default=SHARED / "backbone-files" / "bert-base-uncased")
-    parser.add_argument("--passages", type=Path, default=SHARED / "data" / "trec-dl-2019-subset" / "corpus.jsonl")
-    parser.add_argument(
-        "--queries", type=Path, default=SHARED / "data" / "msmarco-passage-queries-qrels" / "queries-dev-small.jsonl"
-    )
+    add_inputs(parser)
     parser.add_argument(
         "--configs",
         default="st,padded,packed,packed+checkpointing",
