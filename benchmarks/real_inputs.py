@@ -102,6 +102,17 @@ def flops(vectors: torch.Tensor) -> torch.Tensor:
     return (vectors.abs().mean(0) ** 2).sum()
 
 
+def spladekit_layout(value: str) -> tuple[int, bool, int]:
+    """A ``--length-groups`` value as (length groups, packing, checkpoint every N-th layer): ``N``, ``packed``, and
+    either with ``+checkpointing`` (every layer) or ``+checkpointingN``; anything else exits with one line."""
+    layout, plus, extra = value.partition("+")
+    every = extra.removeprefix("checkpointing") or "1" if plus else "0"
+    bad_extra = plus and not extra.startswith("checkpointing")
+    if bad_extra or not every.isdigit() or not (layout == "packed" or (layout.isdigit() and int(layout) >= 1)):
+        raise SystemExit(f"real_inputs.py: --length-groups: expected N, packed, +checkpointing[N], got {value!r}")
+    return (1, True, int(every)) if layout == "packed" else (int(layout), False, int(every))
+
+
 def trainee(tool: str, folder: Path, max_length: int, groups: int = 1, packing: bool = False, every: int = 0):
     """The model to train (in training mode) and its loss on a batch of (query, positive, negative) texts, with the
     real tokens read: sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` (``tool`` "st"), or
@@ -152,11 +163,8 @@ def worker(args: argparse.Namespace) -> None:
         [(rng.choice(queries), rng.choice(passages), rng.choice(passages)) for _ in range(args.batch)]
         for _ in range(args.steps + 1)
     ]
-    tool, layout = args.worker.split(":")
-    layout, _, extra = layout.partition("+")
-    packing = layout == "packed"
-    every = int(extra.removeprefix("checkpointing") or 1) if extra else 0  # checkpointing every N-th layer
-    groups = 1 if packing else int(layout)
+    tool, value = args.worker.split(":")
+    groups, packing, every = spladekit_layout(value)
     model, loss_of = trainee(tool, args.model, args.max_length, groups, packing, every)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
@@ -241,7 +249,10 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    configs = ["st:0", *(f"ours:{groups}" for groups in args.length_groups.split(","))]
+    layouts = args.length_groups.split(",")
+    for value in layouts:  # every value checked before any work
+        spladekit_layout(value)
+    configs = ["st:0", *(f"ours:{value}" for value in layouts)]
     report: dict = {"args": vars(args), "levels": []}
     with tempfile.TemporaryDirectory(prefix="real-inputs-") as scratch:
         base = Path(scratch) / "random"

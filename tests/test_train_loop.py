@@ -260,6 +260,20 @@ def test_a_backbone_without_activation_checkpointing_is_refused_before_any_work(
     assert (output / "keep.txt").read_text() == "an earlier run"
 
 
+def test_packing_a_backbone_that_cannot_pack_warns_and_trains_padded(tiny_model_dirs, triplets_file, tmp_path, caplog):
+    gte = tiny_model_dirs["gte"]
+    config = tiny_config(
+        gte,
+        triplets_file,
+        backbone={"id": str(gte), "dropout": False, "trust_remote_code": True},
+        optimization={"steps": 1, "packing": True},
+    )
+    with caplog.at_level("WARNING", logger="spladekit"):
+        train(config, tmp_path / "run")
+    warning = "optimization.packing: gte_standin (eager attention) cannot pack; training runs padded batches"
+    assert warning in caplog.text
+
+
 def test_cached_representations_replay_dropout(tiny_bert, triplets_file):
     """With dropout on, the two passes of accumulation see the same masks: the gradient equals the one of
     encoding both micro-batches with a graph in one go (same RNG sequence)."""

@@ -66,11 +66,11 @@ from spladekit.train.monitors import EVALUATION_FILE, CollapseDetector, MetricsL
 from spladekit.train.regularizers import lambda_at
 from spladekit.train.setup import (
     CONFIG_FILE,
-    checkpoint_activations,
     initial_encoder,
     initial_head_report,
     lr_factors,
     parameter_groups,
+    prepare_backbone,
     prepare_output,
     read_initial_head,
     resolved_config,
@@ -267,7 +267,7 @@ def start(
     training_set = load_training_set(config.data)
     if checkpoint is None:
         encoder, rescaling = initial_encoder(config, training_set)
-        checkpoint_activations(encoder, opt.activation_checkpointing)  # refused before anything is set aside
+        prepare_backbone(encoder, opt)  # refused before anything is set aside
         config = resolved_config(config, rescaling)
         initial_head = None
         if processes.main:
@@ -279,7 +279,7 @@ def start(
             write_initial_head(output, initial_head)
     else:
         encoder, config, rescaling = resumed_encoder(checkpoint, config, output)
-        checkpoint_activations(encoder, opt.activation_checkpointing)
+        prepare_backbone(encoder, opt)
         initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
     optimizer = torch.optim.AdamW(

@@ -23,6 +23,7 @@ from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
 from spladekit.model.loading import RetrievalModel
+from spladekit.model.packing import packable
 from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale, step_factors
 from spladekit.train.checkpoint import checkpoints
 from spladekit.train.config import OptimizationConfig, TrainConfig, load_config, save_config
@@ -75,17 +76,27 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     ), record
 
 
-def checkpoint_activations(encoder: RetrievalModel, every: int) -> None:
-    """Activation checkpointing of every ``every``-th backbone layer (``optimization.activation_checkpointing``;
-    0: none): transformers' own (``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``,
-    which replays the layer's dropout masks from the saved RNG state, so the gradients are those of the run
-    without it). A backbone that cannot is a :class:`SpladekitError` naming it."""
-    if not every:
-        return
-    try:
-        encoder.model.activation_checkpointing_enable(every_n_layers=every)
-    except ValueError as error:
-        raise SpladekitError(f"optimization.activation_checkpointing: {error}") from None
+def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig) -> None:
+    """What ``optimization`` changes in the backbone before training, checked before any work:
+
+    * ``activation_checkpointing: N`` — every N-th layer recomputed in the backward (transformers'
+      ``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``, which replays the layer's
+      dropout masks from the saved RNG state, so the gradients are those of the run without it); a backbone that
+      cannot is a :class:`SpladekitError` naming it;
+    * ``packing`` on a backbone that cannot pack (:func:`spladekit.model.packing.packable`): one warning, as it
+      trains on padded batches."""
+    if opt.activation_checkpointing:
+        try:
+            encoder.model.activation_checkpointing_enable(every_n_layers=opt.activation_checkpointing)
+        except ValueError as error:
+            raise SpladekitError(f"optimization.activation_checkpointing: {error}") from None
+    if opt.packing and not packable(encoder.model):
+        config = encoder.model.config
+        logger.warning(
+            "optimization.packing: %s (%s attention) cannot pack; training runs padded batches",
+            config.model_type,
+            config._attn_implementation,
+        )
 
 
 def initial_head_report(
