@@ -29,6 +29,7 @@ RSS (``ru_maxrss``), and the ratios to sentence-transformers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import resource
@@ -65,11 +66,11 @@ def make_model(files: Path, folder: Path) -> None:
     AutoTokenizer.from_pretrained(files).save_pretrained(folder)
 
 
-def shift_for(folder: Path, passages: list[str], active: int, max_length: int) -> float:
+def shift_for(folder: Path, passages: list[str], active: int, max_length: int, device: str = "cpu") -> float:
     """The bias shift that gives ``active`` terms per passage on average (bisection; 0 when ``active`` is 0)."""
     from spladekit import SparseEncoder
 
-    encoder = SparseEncoder.from_pretrained(folder, max_length=max_length)
+    encoder = SparseEncoder.from_pretrained(folder, max_length=max_length, device=device)
     bias = encoder.model.get_output_embeddings().bias
     original = bias.detach().clone()
 
@@ -102,22 +103,52 @@ def flops(vectors: torch.Tensor) -> torch.Tensor:
     return (vectors.abs().mean(0) ** 2).sum()
 
 
-def spladekit_layout(value: str) -> tuple[int, bool, int]:
-    """A ``--length-groups`` value as (length groups, packing, checkpoint every N-th layer): ``N``, ``packed``, and
-    either with ``+checkpointing`` (every layer) or ``+checkpointingN``; anything else exits with one line."""
-    layout, plus, extra = value.partition("+")
-    every = extra.removeprefix("checkpointing") or "1" if plus else "0"
-    bad_extra = plus and not extra.startswith("checkpointing")
-    if bad_extra or not every.isdigit() or not (layout == "packed" or (layout.isdigit() and int(layout) >= 1)):
-        raise SystemExit(f"real_inputs.py: --length-groups: expected N, packed, +checkpointing[N], got {value!r}")
-    return (1, True, int(every)) if layout == "packed" else (int(layout), False, int(every))
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One configuration of a tool: length groups (1 = one padded batch) or packing, activation checkpointing of
+    every ``every``-th layer (0: off), ``torch.compile`` of the backbone, and the head's pooling."""
+
+    groups: int = 1
+    packing: bool = False
+    every: int = 0
+    compiled: bool = False
+    pooling: str = "fused"
 
 
-def trainee(tool: str, folder: Path, max_length: int, groups: int = 1, packing: bool = False, every: int = 0):
+OPTIONS = "checkpointing[N], compile, triton"
+
+
+def spladekit_layout(value: str) -> Layout:
+    """A ``--length-groups`` value: ``N`` or ``packed``, then any of ``+checkpointing`` (every layer),
+    ``+checkpointingN``, ``+compile`` and ``+triton`` (the Triton head); anything else exits with one line."""
+    layout, *extras = value.split("+")
+    fields: dict = {"packing": True} if layout == "packed" else {}
+    if not fields and not (layout.isdigit() and int(layout) >= 1):
+        raise SystemExit(f"real_inputs.py: --length-groups: expected N or packed, then +{OPTIONS}; got {value!r}")
+    fields.setdefault("groups", 1 if layout == "packed" else int(layout))
+    for extra in extras:
+        every = extra.removeprefix("checkpointing")
+        if extra == "compile":
+            fields["compiled"] = True
+        elif extra == "triton":
+            fields["pooling"] = "triton"
+        elif extra.startswith("checkpointing") and (every == "" or every.isdigit() and int(every) >= 1):
+            fields["every"] = int(every or 1)
+        else:
+            raise SystemExit(f"real_inputs.py: --length-groups: unknown option {extra!r} in {value!r} ({OPTIONS})")
+    return Layout(**fields)
+
+
+def on_device(value, device: str):
+    """A tensor moved to ``device``; anything else (sentence-transformers' features hold text too) as it is."""
+    return value.to(device) if isinstance(value, torch.Tensor) else value
+
+
+def trainee(tool: str, folder: Path, max_length: int, layout: Layout = Layout(), device: str = "cpu"):
     """The model to train (in training mode) and its loss on a batch of (query, positive, negative) texts, with the
     real tokens read: sentence-transformers' ``SpladeLoss(SparseMultipleNegativesRankingLoss)`` (``tool`` "st"), or
-    spladekit's ``forward_texts`` (``groups``, ``packing``; checkpointing of every ``every``-th layer, as
-    ``optimization.activation_checkpointing`` does) with InfoNCE + the same FLOPS weights."""
+    spladekit's ``forward_texts`` (``layout``: groups, packing, checkpointing of every ``every``-th layer as
+    ``optimization.activation_checkpointing`` does, compile, pooling) with InfoNCE + the same FLOPS weights."""
     if tool == "st":
         from sentence_transformers.base.modules import Transformer
         from sentence_transformers.sparse_encoder import SparseEncoder as STEncoder
@@ -125,7 +156,9 @@ def trainee(tool: str, folder: Path, max_length: int, groups: int = 1, packing: 
         from sentence_transformers.sparse_encoder.modules import SpladePooling
 
         mlm = Transformer(str(folder), transformer_task="fill-mask", max_seq_length=max_length)
-        st = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device="cpu").train()
+        st = STEncoder(modules=[mlm, SpladePooling(pooling_strategy="max")], device=device).train()
+        if layout.compiled:
+            mlm.auto_model.compile(dynamic=True)
         splade_loss = SpladeLoss(
             st,
             SparseMultipleNegativesRankingLoss(st),
@@ -135,28 +168,47 @@ def trainee(tool: str, folder: Path, max_length: int, groups: int = 1, packing: 
 
         def st_loss(batch) -> tuple[torch.Tensor, int]:
             features = [st.tokenize(list(texts)) for texts in zip(*batch)]
+            features = [{name: on_device(value, device) for name, value in f.items()} for f in features]
             return sum(splade_loss(features, None).values()), sum(int(f["attention_mask"].sum()) for f in features)
 
         return st, st_loss
     from spladekit import SparseEncoder
 
-    ours = SparseEncoder.from_pretrained(folder, max_length=max_length).train()
-    if every:
-        ours.model.activation_checkpointing_enable(every_n_layers=every)
+    ours = SparseEncoder.from_pretrained(folder, max_length=max_length, pooling=layout.pooling, device=device).train()
+    if layout.every:
+        ours.model.activation_checkpointing_enable(every_n_layers=layout.every)
+    if layout.compiled:
+        ours.compile_backbone()
 
     def our_loss(batch) -> tuple[torch.Tensor, int]:
         q_texts, p_texts, n_texts = (list(column) for column in zip(*batch))
-        q, read_q = ours.forward_texts(q_texts, 32, groups, packing)
-        d, read_d = ours.forward_texts(p_texts + n_texts, max_length, groups, packing)
-        ranking = torch.nn.functional.cross_entropy(q @ d.T, torch.arange(len(q_texts)))
-        return ranking + LAMBDA * flops(q) + LAMBDA * flops(d), read_q + read_d
+        q, read_q = ours.forward_texts(q_texts, 32, layout.groups, layout.packing)
+        d, read_d = ours.forward_texts(p_texts + n_texts, max_length, layout.groups, layout.packing)
+        labels = torch.arange(len(q_texts), device=q.device)
+        ranking = torch.nn.functional.cross_entropy(q.float() @ d.float().T, labels)
+        return ranking + LAMBDA * flops(q.float()) + LAMBDA * flops(d.float()), read_q + read_d
 
     return ours, our_loss
 
 
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """The device's peak: allocated CUDA memory, or the process's peak resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def worker(args: argparse.Namespace) -> None:
+    from spladekit.common.devices import autocast, resolve_device
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    device = resolve_device(args.device)
     queries, passages = read_texts(args.queries, 4000), read_texts(args.passages, 4000)
     rng = random.Random(0)
     batches = [
@@ -164,34 +216,43 @@ def worker(args: argparse.Namespace) -> None:
         for _ in range(args.steps + 1)
     ]
     tool, value = args.worker.split(":")
-    groups, packing, every = spladekit_layout(value)
-    model, loss_of = trainee(tool, args.model, args.max_length, groups, packing, every)
+    model, loss_of = trainee(tool, args.model, args.max_length, spladekit_layout(value), str(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
 
     def step(batch) -> None:
         nonlocal tokens
-        loss, read = loss_of(batch)
+        with autocast(device, args.bf16):
+            loss, read = loss_of(batch)
         tokens += read
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step(batches[0])  # warm-up
+    step(batches[0])  # warm-up (and compilation, where compiled)
     tokens = 0
+    synchronize(device)
     started = time.perf_counter()
     for batch in batches[1:]:
         step(batch)
+    synchronize(device)
     train_seconds = time.perf_counter() - started
     model.eval()
     docs = passages[: args.encode_docs]
+
+    def encode(texts: list[str]) -> float:
+        """Active terms per text."""
+        with torch.inference_mode(), autocast(device, args.bf16):
+            if tool == "st":
+                vectors = model.encode(texts, batch_size=32, show_progress_bar=False, convert_to_sparse_tensor=True)
+                return vectors.coalesce().values().numel() / len(texts)
+            return model.encode(texts, batch_size=32, show_progress=False).nnz / len(texts)
+
+    encode(passages[-32:])  # warm-up: the inference graph, where compiled
+    synchronize(device)
     started = time.perf_counter()
-    with torch.inference_mode():
-        if tool == "st":
-            vectors = model.encode(docs, batch_size=32, show_progress_bar=False, convert_to_sparse_tensor=True)
-            nnz = vectors.coalesce().values().numel() / len(docs)
-        else:
-            nnz = model.encode(docs, batch_size=32, show_progress=False).nnz / len(docs)
+    nnz = encode(docs)
+    synchronize(device)
     encode_seconds = time.perf_counter() - started
     print(
         json.dumps(
@@ -201,7 +262,7 @@ def worker(args: argparse.Namespace) -> None:
                 "real_tokens_per_s": tokens / train_seconds,
                 "encode_docs_per_s": len(docs) / encode_seconds,
                 "active_per_doc": nnz,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_memory_mb": peak_memory_mb(device),
             }
         )
     )
@@ -210,9 +271,12 @@ def worker(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------- the run
 def run_worker(config: str, model: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--worker", config, "--model", str(model)]
-    for name in ("passages", "queries", "batch", "steps", "max_length", "encode_docs", "threads"):
+    for name in ("passages", "queries", "batch", "steps", "max_length", "encode_docs", "threads", "device"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
+    command += ["--bf16"] if args.bf16 else []
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"real_inputs.py: worker {config} failed: {result.stderr.strip().splitlines()[-1:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -233,9 +297,15 @@ def main() -> None:
     parser.add_argument(
         "--length-groups",
         default="1,4,packed",
-        help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with an "
-        "optional '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer)",
+        help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with "
+        "options: '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer), '+compile' "
+        "(torch.compile of the backbone), '+triton' (the Triton head)",
     )
+    parser.add_argument(
+        "--st", default="plain", help="sentence-transformers configurations: plain, compile (comma-separated)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    parser.add_argument("--bf16", action="store_true", help="training and encoding under bf16 autocast (both tools)")
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
@@ -250,16 +320,19 @@ def main() -> None:
         worker(args)
         return
     layouts = args.length_groups.split(",")
+    st_configs = [f"st:1{'+compile' if value == 'compile' else ''}" for value in args.st.split(",")]
+    if not set(args.st.split(",")) <= {"plain", "compile"}:
+        raise SystemExit(f"real_inputs.py: --st: expected plain and/or compile, got {args.st!r}")
     for value in layouts:  # every value checked before any work
         spladekit_layout(value)
-    configs = ["st:0", *(f"ours:{value}" for value in layouts)]
+    configs = [*st_configs, *(f"ours:{value}" for value in layouts)]
     report: dict = {"args": vars(args), "levels": []}
     with tempfile.TemporaryDirectory(prefix="real-inputs-") as scratch:
         base = Path(scratch) / "random"
         make_model(args.backbone_files, base)
         sample = read_texts(args.passages, 64)
         for level in args.active.split(","):
-            shift = 0.0 if level == "init" else shift_for(base, sample, int(level), args.max_length)
+            shift = 0.0 if level == "init" else shift_for(base, sample, int(level), args.max_length, args.device)
             folder = Path(scratch) / f"shift-{level}"
             apply_shift(base, shift, folder)
             rows: dict[str, dict] = {}
@@ -275,23 +348,21 @@ def main() -> None:
                         )
                     elif measured["encode_docs_per_s"] > best["encode_docs_per_s"]:
                         best["encode_docs_per_s"] = measured["encode_docs_per_s"]
-            st = rows["st:0"]
+            st = rows[st_configs[0]]
             for row in rows.values():
                 row["train_vs_st"] = row["steps_per_s"] / st["steps_per_s"]
                 row["encode_vs_st"] = row["encode_docs_per_s"] / st["encode_docs_per_s"]
-                row["memory_vs_st"] = row["peak_rss_mb"] / st["peak_rss_mb"]
+                row["memory_vs_st"] = row["peak_memory_mb"] / st["peak_memory_mb"]
             report["levels"].append({"active": level, "bias_shift": shift, "rows": list(rows.values())})
             print(json.dumps(report["levels"][-1]), flush=True)
-    print(
-        "\n| sparsity | config | steps/s | real tokens/s | train vs ST | docs/s | encode vs ST | peak RSS MB | vs ST |"
-    )
+    print("\n| sparsity | config | steps/s | real tokens/s | train vs ST | docs/s | encode vs ST | peak MB | vs ST |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for level in report["levels"]:
         for row in level["rows"]:
             print(
                 f"| {level['active']} ({row['active_per_doc']:.0f}/doc) | {row['config']} | {row['steps_per_s']:.3f} | "
                 f"{row['real_tokens_per_s']:.0f} | {row['train_vs_st']:.2f} | {row['encode_docs_per_s']:.1f} | "
-                f"{row['encode_vs_st']:.2f} | {row['peak_rss_mb']:.0f} | {row['memory_vs_st']:.2f} |"
+                f"{row['encode_vs_st']:.2f} | {row['peak_memory_mb']:.0f} | {row['memory_vs_st']:.2f} |"
             )
     if args.output:
         args.output.write_text(json.dumps(report, indent=2, default=str) + "\n")

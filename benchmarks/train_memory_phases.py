@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from real_inputs import add_inputs, make_model, read_texts, trainee
+from real_inputs import Layout, add_inputs, make_model, read_texts, trainee
 
 PHASES = ("forward", "backward", "optimizer", "zero_grad")
 
@@ -43,7 +43,7 @@ def worker(config: str, model_folder: Path, args: argparse.Namespace) -> dict:
     tool = "st" if config == "st" else "ours"
     every = 1 if config.endswith("+checkpointing") else 0
     model, loss_with_tokens = trainee(
-        tool, model_folder, args.max_length, packing=config.startswith("packed"), every=every
+        tool, model_folder, args.max_length, Layout(packing=config.startswith("packed"), every=every)
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
 

@@ -11,6 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton kernels run on this CPU through Triton's interpreter (numpy) where no GPU is present: set before anything
+# imports triton, which reads it when a kernel is defined
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tiny_models import ARCHITECTURES, build_tiny_model
 
@@ -55,11 +61,12 @@ def _no_temporary_state_left(tmp_path_factory):
         os.environ["TMPDIR"] = saved[0]
     tempfile.tempdir = saved[1]
     # torchrun's own log folders (torchelastic_*, made by torch.distributed.elastic for every launch) are torch's;
-    # .ses is onnxruntime's (importing it writes a session id to $TMPDIR/.ses)
+    # .ses is onnxruntime's (importing it writes a session id to $TMPDIR/.ses); torchinductor_<user> is torch.compile's
+    # cache of compiled headers and kernels, which some of its parts place there whatever TORCHINDUCTOR_CACHE_DIR says
     left = sorted(
         path.name
         for path in Path(folder).iterdir()
-        if not path.name.startswith("torchelastic_") and path.name != ".ses"
+        if not path.name.startswith(("torchelastic_", "torchinductor_")) and path.name != ".ses"
     )
     shutil.rmtree(folder, ignore_errors=True)
     assert not left, f"temporary state left behind by the suite: {left}"

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "backbone",
             "head",
             "pooling",
+            "triton_head",
             "packing",
             "card",
             "encoder",

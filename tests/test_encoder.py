@@ -377,3 +377,24 @@ def test_out_of_memory_at_one_text_is_raised(tiny_model_dirs, monkeypatch):
     monkeypatch.setattr(encoder, "forward", no_memory)
     with pytest.raises(torch.OutOfMemoryError):
         encoder.encode(TEXTS, batch_size=4, show_progress=False)
+
+
+@pytest.mark.slow
+def test_a_compiled_backbone_encodes_the_same_vectors_with_one_graph_for_every_shape(tiny_model_dirs, tmp_path):
+    from torch._dynamo.utils import counters
+
+    eager = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    compiled = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    compiled.compile_backbone()
+    counters.clear()
+    for size in (2, 3, 5):  # batches of other shapes (texts and padded lengths)
+        expected = eager.encode(TEXTS[:size], batch_size=size, show_progress=False).toarray()
+        got = compiled.encode(TEXTS[:size], batch_size=size, show_progress=False).toarray()
+        assert (expected > 0).sum() > 0
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1  # dynamic shapes: no recompilation per shape
+    # the weights and their names are the eager model's: what save writes loads back to the same vectors
+    reloaded = SparseEncoder.from_pretrained(compiled.save(tmp_path / "saved"))
+    np.testing.assert_allclose(
+        reloaded.encode(TEXTS, show_progress=False).toarray(), eager.encode(TEXTS, show_progress=False).toarray()
+    )

@@ -125,6 +125,50 @@ def test_property_fused_equals_naive_on_random_shapes(batch, length, vocab, chun
         torch.testing.assert_close(fused_grad, naive_grad, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shift", [20.0, -2.0, -6.0])  # every term active (3 texts of 4), 54-75 %, 0-16 % per block
+@pytest.mark.parametrize("dense_backward", [0.0, 0.6, 1.0])
+def test_dense_backward_blocks_give_the_naive_gradient(dense_backward, shift, dtype, monkeypatch):
+    hidden, weight, bias, mask = random_inputs(batch=4, length=9, width=5, vocab=41, dtype=dtype)
+    bias = bias + shift
+    bias[0] = 0.5  # the zero W row stays active: every real token ties on it
+    grad_output = torch.randn(4, 41, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    sparse_pairs = []
+    real_sparse = pooling_module._sparse
+    monkeypatch.setattr(
+        pooling_module, "_sparse", lambda rows, *rest: sparse_pairs.append(rows.numel()) or real_sparse(rows, *rest)
+    )
+    results = []
+    for pool in (
+        splade_max_pool,
+        lambda *args: splade_max_pool_fused(*args, chunk_size=8, dense_backward=dense_backward),
+    ):
+        leaves = [tensor.detach().clone().requires_grad_() for tensor in (hidden, weight, bias)]
+        out = pool(*leaves, mask)
+        results.append((out.detach(), torch.autograd.grad(out, leaves, grad_output)))
+    (naive, naive_grads), (fused, fused_grads) = results
+    active = int((naive > 0).sum())
+    assert active > 0 and (naive[-1] == 0).all()
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    for fused_grad, naive_grad in zip(fused_grads, naive_grads):
+        torch.testing.assert_close(fused_grad, naive_grad, rtol=tolerance, atol=tolerance)
+    assert torch.equal(fused_grads[0][0, 2], fused_grads[0][0, 4])  # twins share
+    # which path ran: density 0 sends every pair through the dense GEMMs; 1 none (the all-padding text keeps
+    # every block below B × block pairs)
+    if dense_backward == 0.0:
+        assert sparse_pairs == [0, 0]
+    elif dense_backward == 1.0:
+        assert sum(sparse_pairs) == 2 * active - (naive[:, 0] > 0).sum()  # the zero row's pairs: G·W only
+    if dense_backward == 0.6 and shift == -2.0:
+        assert 0 < sum(sparse_pairs) < 2 * active  # both paths ran
+
+
+def test_dense_backward_outside_zero_to_one_is_refused():
+    hidden, weight, bias, mask = random_inputs()
+    with pytest.raises(ValueError, match="dense_backward"):
+        splade_max_pool_fused(hidden.requires_grad_(), weight, bias, mask, dense_backward=1.5)
+
+
 def test_frozen_weight_and_constant_hidden_get_no_gradient():
     hidden, weight, bias, mask = random_inputs()
     weight.requires_grad_()
@@ -250,6 +294,12 @@ def test_bf16_winner_routing_beyond_256_texts_and_tokens():
         torch.testing.assert_close(fused.float(), reference, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(grad_hidden.float(), reference_grad_hidden, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(grad_weight.float(), reference_grad_weight, rtol=1e-2, atol=1e-1)
+
+
+def test_the_triton_head_where_it_cannot_run_is_refused_at_load_in_one_line(tiny_model_dirs, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # this CPU, without Triton's interpreter
+    with pytest.raises(SpladekitError, match=r"^pooling 'triton' needs a CUDA device[^\n]*got cpu[^\n]*$"):
+        SparseEncoder.from_pretrained(tiny_model_dirs["bert"], pooling="triton", device="cpu")
 
 
 def test_unknown_pooling_and_bad_chunk_size_are_refused(tiny_model_dirs):

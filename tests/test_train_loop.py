@@ -207,6 +207,58 @@ def test_length_groups_and_packing_train_the_same_model(tiny_bert, triplets_file
             torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("pooling", ["fused-adaptive", "triton"])
+def test_the_head_implementations_train_the_same_model(pooling, tiny_bert, triplets_file, tmp_path):
+    """optimization.pooling changes how the head computes, not what: the same losses, gradient norms and weights as
+    the default fused head (fused-adaptive: dense GEMMs for dense vocabulary blocks; triton: its kernels, here
+    through Triton's interpreter)."""
+    runs = {}
+    for name in ("fused", pooling):
+        config = tiny_config(
+            tiny_bert,
+            triplets_file,
+            optimization={"steps": 3, "pooling": name},
+            regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+        )
+        runs[name] = train(config, tmp_path / name).output
+    one, other = (read_metrics(runs[name]) for name in ("fused", pooling))
+    assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in one], abs=1e-5)
+    assert [r["grad_norm"] for r in other] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
+    weights = [load_file(runs[name] / "model" / "model.safetensors") for name in ("fused", pooling)]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
+
+
+def test_a_head_that_cannot_run_on_the_device_is_refused_before_any_work(
+    tiny_bert, triplets_file, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the CPU without Triton's interpreter
+    config = tiny_config(tiny_bert, triplets_file, optimization={"pooling": "triton"})
+    with pytest.raises(SpladekitError, match=r"^optimization\.pooling: .*triton.*cpu"):
+        train(config, tmp_path / "run", device="cpu")
+    assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_compiled_backbone_trains_the_same_model(tiny_bert, triplets_file, tmp_path):
+    """optimization.compile (torch.compile of the backbone) computes the same model up to float rounding."""
+    runs = {}
+    for compiled in (False, True):
+        config = tiny_config(
+            tiny_bert,
+            triplets_file,
+            optimization={"steps": 3, "compile": compiled},
+            regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+        )
+        runs[compiled] = train(config, tmp_path / str(compiled)).output
+    one, other = (read_metrics(runs[compiled]) for compiled in (False, True))
+    assert [r["loss"] for r in other] == pytest.approx([r["loss"] for r in one], abs=1e-5)
+    assert [r["grad_norm"] for r in other] == pytest.approx([r["grad_norm"] for r in one], rel=1e-4)
+    weights = [load_file(runs[compiled] / "model" / "model.safetensors") for compiled in (False, True)]
+    for name, tensor in weights[0].items():
+        torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
+
+
 def test_activation_checkpointing_trains_the_same_model(tiny_bert, triplets_file, tmp_path, monkeypatch):
     """optimization.activation_checkpointing recomputes the layers in the backward with their dropout masks
     replayed: with dropout on, the same losses, gradient norms and weights as keeping the activations (with

@@ -32,6 +32,13 @@ BF16 = typer.Option(
     "to fp32 (nDCG@10 parity measured on SciFact; docs/encoding.md); recorded with the vectors / result.",
 )
 
+COMPILE = typer.Option(
+    False,
+    "--compile",
+    help="torch.compile the model's backbone (dynamic shapes; about a minute of compiling for a base-size model on "
+    "2 CPU cores): the same vectors up to float rounding, faster on long corpora (docs/benchmarks.md).",
+)
+
 
 def checked_device(name: str) -> str:
     """``--device`` checked before any work (:func:`spladekit.common.devices.resolve_device`), as given."""
@@ -252,11 +259,13 @@ def encode(
         help="SPLADE head: fused (exact fp32, default), fused-bf16 (a bf16 matmul "
         "screens the terms under a proven rounding-error bound, fp32 recomputes the rest: "
         "the same non-zero set; faster only where bf16 matmuls are, e.g. AVX512-BF16 CPUs "
-        "and GPUs, see docs/benchmarks.md) or naive (B x L x V logits).",
+        "and GPUs, see docs/benchmarks.md), triton (CUDA kernels), fused-adaptive (as fused when "
+        "encoding) or naive (B x L x V logits).",
     ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     device: str = DEVICE,
     bf16: bool = BF16,
+    compiled: bool = COMPILE,
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Encode a corpus (documents, or queries with --side query) into a sharded SPLADE vectors folder.
@@ -281,6 +290,7 @@ def encode(
         trust_remote_code=trust_remote_code,
         device=device,
         bf16=bf16,
+        compiled=compiled,
     )
     meta = {} if result.manifest is None else result.manifest["meta"]
     payload = {

@@ -12,6 +12,7 @@ import typer
 from spladekit.cli.app import app, emit, opened, write_json
 from spladekit.cli.core import (
     BF16,
+    COMPILE,
     DEVICE,
     JSON_FLAG,
     JSON_OUTPUT,
@@ -274,6 +275,7 @@ def evaluate(
     ),
     device: str = DEVICE,
     bf16: bool = BF16,
+    compiled: bool = COMPILE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
@@ -343,7 +345,9 @@ def evaluate(
     if processes is not None and not processes.main:
         from spladekit.evaluation.evaluate import cache_corpora
 
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=str(processes.device), bf16=bf16)
+        encoder = load_model(
+            model, trust_remote_code=trust_remote_code, device=str(processes.device), bf16=bf16, compiled=compiled
+        )
         cache_corpora(encoder, data, split, data_root, max_length, batch_size, processes)
         distributed.teardown(processes)
         return  # rank 0 searches, scores and reports
@@ -352,7 +356,7 @@ def evaluate(
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
     ):
         where = device if processes is None else str(processes.device)
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=where, bf16=bf16)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=where, bf16=bf16, compiled=compiled)
         result = evaluate_data(
             encoder,
             data,
@@ -403,6 +407,7 @@ def fidelity(
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash the encoded corpus in $SPLADEKIT_CACHE."),
     device: str = DEVICE,
     bf16: bool = BF16,
+    compiled: bool = COMPILE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,

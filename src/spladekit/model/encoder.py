@@ -34,7 +34,7 @@ from spladekit.model.backbone import (
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
-from spladekit.model.pooling import splade_max_pool, splade_max_pool_fused
+from spladekit.model.pooling import DENSE_BACKWARD_DENSITY, splade_max_pool, splade_max_pool_fused
 
 METADATA_FILE = "spladekit.json"
 log = logging.getLogger("spladekit")
@@ -43,12 +43,39 @@ DEFAULT_MAX_LENGTH = 256
 # What a text is encoded as: each side has its own token limit (SparseEncoder.side_max_length).
 Side = Literal["query", "document"]
 SIDES: tuple[Side, ...] = ("query", "document")
+
+
+def splade_max_pool_triton(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """The Triton head (:mod:`spladekit.model.triton_head`), imported when first used: triton is optional."""
+    from spladekit.model.triton_head import splade_max_pool_triton as pool
+
+    check_pooling("triton", hidden.device)
+    return pool(hidden, weight, bias, attention_mask)
+
+
 # SPLADE max pooling implementations (same values and gradients; see spladekit.model.pooling).
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
     "fused": splade_max_pool_fused,
+    "fused-adaptive": functools.partial(splade_max_pool_fused, dense_backward=DENSE_BACKWARD_DENSITY),
     "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
+    "triton": splade_max_pool_triton,
     "naive": splade_max_pool,
 }
+
+
+def check_pooling(pooling: str, device: torch.device | None = None) -> None:
+    """A SpladekitError in one line for a pooling that does not exist, or (with ``device``) cannot run there:
+    ``triton`` needs a CUDA device and the triton package (or Triton's interpreter, ``TRITON_INTERPRET=1``)."""
+    if pooling not in POOLINGS:
+        raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    if pooling == "triton" and device is not None:
+        from spladekit.model.triton_head import triton_unusable
+
+        reason = triton_unusable(device)
+        if reason is not None:
+            raise SpladekitError(reason)
 
 
 def check_side(side: str) -> Side:
@@ -214,8 +241,7 @@ class SparseEncoder(nn.Module):
         bf16: bool = False,
     ):
         super().__init__()
-        if pooling not in POOLINGS:
-            raise SpladekitError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+        check_pooling(pooling)
         self.pooling, self.bf16 = pooling, bf16
         self.model = backbone.model
         self.tokenizer = backbone.tokenizer
@@ -265,6 +291,7 @@ class SparseEncoder(nn.Module):
             bf16=bf16,
         )
         encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
+        check_pooling(pooling, encoder.device)
         if rescale_k is not None:
             applied = rescale_record(encoder.model)
             wanted = {"k": float(rescale_k), "mode": rescale_mode, "rescale_bias": rescale_bias}
@@ -370,6 +397,14 @@ class SparseEncoder(nn.Module):
             return_tensors="pt",
         )
         return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
+
+    def compile_backbone(self) -> None:
+        """Compile the backbone's forward in place with ``torch.compile`` (``nn.Module.compile``: the weights, their
+        names and what ``save`` writes are unchanged), with dynamic shapes, so that one graph serves every batch
+        shape; grad mode (training / encoding) and packed inputs (position ids) each add one graph. The head stays
+        eager. The first call of each graph compiles (about a minute for BERT-base on 2 CPU cores); the vectors equal
+        the eager ones up to float rounding (tests/test_encoder.py). Measured in docs/benchmarks.md."""
+        self.model.compile(dynamic=True)
 
     def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Linear]:
         """Run the backbone up to (not including) the vocabulary projection: (h: B × L × H, projection)."""

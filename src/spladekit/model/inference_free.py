@@ -277,6 +277,10 @@ class InferenceFreeEncoder(nn.Module):
     def original_backbone(self) -> str:
         return self.document_encoder.original_backbone
 
+    def compile_backbone(self) -> None:
+        """Compile the document encoder's backbone (:meth:`SparseEncoder.compile_backbone`)."""
+        self.document_encoder.compile_backbone()
+
     @property
     def fresh_keys(self) -> list[str]:
         return self.document_encoder.fresh_keys

@@ -41,11 +41,13 @@ def load_model(
     max_length: int | None = None,
     pooling: str = "fused",
     bf16: bool = False,
+    compiled: bool = False,
 ) -> RetrievalModel:
     """The model in ``path_or_id``, as its kind (``max_length``: the document token limit; ``bf16``: encode under
-    bf16 autocast, see :class:`spladekit.model.encoder.SparseEncoder`)."""
+    bf16 autocast, see :class:`spladekit.model.encoder.SparseEncoder`; ``compiled``: its backbone compiled, see
+    :meth:`~spladekit.model.encoder.SparseEncoder.compile_backbone`)."""
     kind = InferenceFreeEncoder if is_inference_free(path_or_id) else SparseEncoder
-    return kind.from_pretrained(
+    model = kind.from_pretrained(
         path_or_id,
         trust_remote_code=trust_remote_code,
         device=device,
@@ -53,6 +55,9 @@ def load_model(
         pooling=pooling,
         bf16=bf16,
     )
+    if compiled:
+        model.compile_backbone()
+    return model
 
 
 def model_fingerprint(encoder: RetrievalModel) -> str:

@@ -52,6 +52,13 @@ def default_chunk_size(hidden_width: int, tokens: int, itemsize: int = 4) -> int
     return max(MIN_CHUNK_SIZE, 1 << max(0, rows.bit_length() - 1))
 
 
+# pooling "fused-adaptive": a vocabulary block whose active pairs fill at least this fraction of its B × block cells
+# runs its backward as two dense GEMMs (splade_max_pool_fused's dense_backward). An estimate, not a measurement:
+# on the H200 under bf16 autocast the sparse backward of 128 texts took 37.8 ms with every pair active, and the two
+# dense bf16 GEMMs over B·L rows (3 TFLOP) should take ~8 ms at ~400 TFLOP/s, so the dense pass wins above ~1/4
+# (benchmarks/head_split_bench.py --backward measures it on a GPU). On this CPU dense never wins (6-24x slower).
+DENSE_BACKWARD_DENSITY = 0.25
+
 # The screen's error model (screen_candidates): bf16 inputs, products accumulated with the unit roundoff of
 # float32, one final rounding to bf16. Measured, not assumed: screen_is_sound probes each device once.
 SCREEN_DTYPES = (torch.bfloat16,)
@@ -85,6 +92,7 @@ def splade_max_pool_fused(
     attention_mask: torch.Tensor,
     chunk_size: int | None = None,
     search_dtype: torch.dtype | None = None,
+    dense_backward: float | None = None,
 ) -> torch.Tensor:
     """SPLADE max pooling ``w_v = log1p(ReLU(max_t (h_t · W_v + b_v)))`` without the B × L × V logits.
 
@@ -99,6 +107,13 @@ def splade_max_pool_fused(
     their max and winners are those of the full-precision path, and every term that path finds non-zero
     is among them. Where the device's bf16 matmul does not meet the bound's error model
     (:func:`screen_is_sound`), the full-precision pass runs instead.
+
+    ``dense_backward``: the backward follows the sparsity per vocabulary block of ``chunk_size`` terms. A block
+    whose active (text, term) pairs fill at least this fraction of its B × chunk cells (early training) runs as two
+    dense GEMMs in the forward's matmul dtype (bf16 under autocast: tensor cores); sparser blocks run as the sparse
+    products (:func:`_logit_products`). ``None`` (default): sparse products everywhere, the measured choice on
+    this CPU, where the dense GEMMs' L-fold FLOPs make them 6-24× slower (docs/benchmarks.md). Same gradients
+    either way, up to the GEMM dtype's rounding.
     """
     if chunk_size is None:
         chunk_size = default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
@@ -109,8 +124,11 @@ def splade_max_pool_fused(
     needs_grad = torch.is_grad_enabled() and any(
         tensor is not None and tensor.requires_grad for tensor in (hidden, weight, bias)
     )
+    if dense_backward is not None and not 0 <= dense_backward <= 1:
+        raise ValueError(f"dense_backward must be None or a fraction in [0, 1], got {dense_backward}")
     if needs_grad:
-        return _FusedSpladeMaxPool.apply(hidden, weight, bias, attention_mask, chunk_size, search_dtype)
+        dense = None if dense_backward is None else (dense_backward, chunk_size, compute_dtype(hidden))
+        return _FusedSpladeMaxPool.apply(hidden, weight, bias, attention_mask, chunk_size, search_dtype, dense)
     max_logits, _ = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=False)
     return torch.log1p(torch.relu(max_logits))
 
@@ -127,18 +145,20 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         attention_mask: torch.Tensor,
         chunk_size: int,
         search_dtype: torch.dtype | None,
+        dense_backward: tuple[float, int, torch.dtype] | None,
     ) -> torch.Tensor:
         max_logits, winners = _max_logits(
             hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True
         )
         ctx.save_for_backward(hidden, weight, attention_mask, max_logits, winners)
         ctx.has_bias = bias is not None
+        ctx.dense_backward = dense_backward
         return torch.log1p(torch.relu(max_logits))
 
     @staticmethod
     def backward(
         ctx: Any, grad_output: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
         hidden, weight, attention_mask, max_logits, winners = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         batch, length, width = hidden.shape
@@ -156,18 +176,27 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         # Sums run in float32 at least: a bf16 accumulator over many texts' pairs loses the gradient's digits.
         wide = torch.promote_types(hidden.dtype, torch.float32)
         grad = grad.to(wide)
-        if need_hidden:
-            by_row = _sparse(rows, term, grad, (batch * length, weight.shape[0]))
-            raw = torch.sparse.mm(by_row, weight.detach().to(wide))
+        zero_terms = ~weight.detach().any(dim=1)
+        tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see _mean_rows)
+        raw_hidden, raw_weight = _logit_products(
+            rows,
+            term,
+            grad,
+            tied_everywhere,
+            flat,
+            weight.detach(),
+            batch,
+            ctx.dense_backward,
+            (need_hidden, need_weight),
+        )
+        if raw_hidden is not None:
             grad_hidden = (
-                _share_among_identical_rows(raw, flat, attention_mask).to(hidden.dtype).view(batch, length, width)
+                _share_among_identical_rows(raw_hidden, flat, attention_mask)
+                .to(hidden.dtype)
+                .view(batch, length, width)
             )
-        if need_weight:
-            zero_terms = ~weight.detach().any(dim=1)
-            tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see _mean_rows)
-            keep = ~tied_everywhere
-            by_term = _sparse(term[keep], rows[keep], grad[keep], (weight.shape[0], batch * length))
-            grad_weight = torch.sparse.mm(by_term, flat.to(wide)).to(weight.dtype)
+        if raw_weight is not None:
+            grad_weight = raw_weight.to(weight.dtype)
             if tied_everywhere.any():
                 means = _mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
                 grad_weight.index_add_(
@@ -175,7 +204,58 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
                 )
         if need_bias and ctx.has_bias:
             grad_bias = grad_logits.sum(0)
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def _logit_products(
+    rows: torch.Tensor,
+    term: torch.Tensor,
+    grad: torch.Tensor,
+    excluded: torch.Tensor,
+    flat: torch.Tensor,
+    weight: torch.Tensor,
+    texts: int,
+    dense: tuple[float, int, torch.dtype] | None,
+    needs: tuple[bool, bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``G·W`` (B·L × H) and ``Gᵀ·H`` (V × H), as asked by ``needs``, for the gradient G of the logits: ``grad``
+    (float32 at least) at (``rows``, ``term``), one entry per active pair at its winning token row; the pairs in
+    ``excluded`` (terms whose W row is zero, see :func:`_mean_rows`) are left out of ``Gᵀ·H``.
+
+    With ``dense = (density, block, dtype)``, a vocabulary block of ``block`` terms holding at least
+    ``density`` × ``texts`` × block pairs is scattered into a dense B·L × block G and multiplied in ``dtype`` (two
+    GEMMs over every token row); the other pairs are two sparse-dense products (COO, coalesced)."""
+    need_hidden, need_weight = needs
+    wide, total, vocab, width = grad.dtype, flat.shape[0], weight.shape[0], weight.shape[1]
+    raw_hidden = flat.new_zeros(total, width, dtype=wide) if need_hidden else None
+    raw_weight = weight.new_zeros(vocab, width, dtype=wide) if need_weight else None
+    sparse = torch.ones_like(term, dtype=torch.bool)
+    if dense is not None and term.numel():
+        density, block, dtype = dense
+        block_of = term // block
+        counts = torch.bincount(block_of, minlength=-(-vocab // block))
+        sizes = torch.full_like(counts, block)
+        sizes[-1] = vocab - block * (counts.shape[0] - 1)
+        chosen = torch.nonzero((counts >= density * sizes * texts) & (counts > 0), as_tuple=True)[0]
+        for index in chosen.tolist():
+            start, stop = index * block, min(vocab, (index + 1) * block)
+            pick = torch.nonzero(block_of == index, as_tuple=True)[0]
+            sparse[pick] = False
+            g = flat.new_zeros(total, stop - start, dtype=dtype)
+            g[rows[pick], term[pick] - start] = grad[pick].to(dtype)
+            if raw_hidden is not None:
+                raw_hidden += (g @ weight[start:stop].to(dtype)).to(wide)
+            if raw_weight is not None:
+                g[rows[pick[excluded[pick]]], term[pick[excluded[pick]]] - start] = 0
+                raw_weight[start:stop] = (g.T @ flat.to(dtype)).to(wide)
+    rows, term, grad, excluded = rows[sparse], term[sparse], grad[sparse], excluded[sparse]
+    if raw_hidden is not None:
+        raw_hidden += torch.sparse.mm(_sparse(rows, term, grad, (total, vocab)), weight.to(wide))
+    if raw_weight is not None:
+        keep = ~excluded
+        by_term = _sparse(term[keep], rows[keep], grad[keep], (vocab, total))
+        raw_weight += torch.sparse.mm(by_term, flat.to(wide))
+    return raw_hidden, raw_weight
 
 
 def _augmented(

@@ -114,6 +114,15 @@ class OptimizationConfig:
         "block-diagonal attention mask): no compute on padding in the backbone, the same vectors; BERT, "
         "DistilBERT, ALBERT, ELECTRA, RoBERTa and ModernBERT families (others stay padded)",
     )
+    pooling: Literal["fused", "fused-adaptive", "fused-bf16", "triton", "naive"] = declared(
+        "fused",
+        "the SPLADE head (spladekit.model.encoder.POOLINGS; the same vectors and gradients): fused (sparse backward), "
+        "fused-adaptive (dense GEMMs for a vocabulary block's backward where its pairs are dense), triton (CUDA "
+        "kernels), fused-bf16, naive",
+    )
+    compile: bool = declared(
+        False, "torch.compile the backbone (dynamic shapes; the first steps compile): faster steps, the same model"
+    )
     activation_checkpointing: int = declared(
         0,
         "recompute the activations of every N-th backbone layer in the backward instead of keeping them "

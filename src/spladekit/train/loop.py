@@ -267,7 +267,7 @@ def start(
     training_set = load_training_set(config.data)
     if checkpoint is None:
         encoder, rescaling = initial_encoder(config, training_set)
-        prepare_backbone(encoder, opt)  # refused before anything is set aside
+        prepare_backbone(encoder, opt, processes.device)  # refused before anything is set aside
         config = resolved_config(config, rescaling)
         initial_head = None
         if processes.main:
@@ -279,9 +279,11 @@ def start(
             write_initial_head(output, initial_head)
     else:
         encoder, config, rescaling = resumed_encoder(checkpoint, config, output)
-        prepare_backbone(encoder, opt)
+        prepare_backbone(encoder, opt, processes.device)
         initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
+    if opt.compile:  # after the diagnosis, whose no-grad forward would compile a graph of its own
+        encoder.compile_backbone()
     optimizer = torch.optim.AdamW(
         parameter_groups(encoder, opt, config.model.query_weights_lr, lr_factors(encoder, config, rescaling)),
         lr=opt.lr,

@@ -20,7 +20,7 @@ from spladekit.common.errors import SpladekitError
 from spladekit.common.lines import read_json
 from spladekit.data.training import TrainingSet
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
-from spladekit.model.encoder import SparseEncoder
+from spladekit.model.encoder import SparseEncoder, check_pooling
 from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
 from spladekit.model.loading import RetrievalModel
 from spladekit.model.packing import packable
@@ -76,8 +76,11 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     ), record
 
 
-def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig) -> None:
+def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: torch.device) -> None:
     """What ``optimization`` changes in the backbone before training, checked before any work:
+
+    * ``pooling`` — the head's implementation, refused in one line where it cannot run on ``device``
+      (``triton`` without CUDA or without the triton package);
 
     * ``activation_checkpointing: N`` — every N-th layer recomputed in the backward (transformers'
       ``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``, which replays the layer's
@@ -85,6 +88,12 @@ def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig) -> None:
       cannot is a :class:`SpladekitError` naming it;
     * ``packing`` on a backbone that cannot pack (:func:`spladekit.model.packing.packable`): one warning, as it
       trains on padded batches."""
+    head = encoder.document_encoder if isinstance(encoder, InferenceFreeEncoder) else encoder
+    try:
+        check_pooling(opt.pooling, device)
+    except SpladekitError as error:
+        raise SpladekitError(f"optimization.pooling: {error}") from None
+    head.pooling = opt.pooling
     if opt.activation_checkpointing:
         try:
             encoder.model.activation_checkpointing_enable(every_n_layers=opt.activation_checkpointing)

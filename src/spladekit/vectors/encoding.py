@@ -253,6 +253,7 @@ def encode_to_shards(
     device: str | None = "auto",
     show_progress: bool = True,
     bf16: bool = False,
+    compiled: bool = False,
 ) -> ShardedEncoding:
     """Encode ``corpus`` (a JSONL file, BEIR folder, HF or ir_datasets id) with ``model`` into the sharded
     vectors folder ``output``; every check happens before the folder is created (see the module docstring)."""
@@ -298,6 +299,7 @@ def encode_to_shards(
                 device,
                 show_progress,
                 bf16=bf16,
+                compiled=compiled,
             )
         except BaseException as error:  # ours, out of memory, an interrupt: what is complete stays, nothing else
             sealed = sealed_sidecars(output)
@@ -328,6 +330,7 @@ def _encode(
     device: str | None,
     show_progress: bool,
     bf16: bool = False,
+    compiled: bool = False,
 ) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
@@ -337,7 +340,9 @@ def _encode(
         processes = setup(device)
         selection = ShardSelection(processes.rank, processes.world_size)
     where = str(resolve_device(device) if processes is None else processes.device)
-    encoder = load_model(model, trust_remote_code=trust_remote_code, pooling=pooling, device=where, bf16=bf16)
+    encoder = load_model(
+        model, trust_remote_code=trust_remote_code, pooling=pooling, device=where, bf16=bf16, compiled=compiled
+    )
     plan = build_plan(
         encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length, max_active_dims, shard_size
     )
