@@ -9,6 +9,9 @@ set, which counts torch's CPU allocations, unlike tracemalloc), next to the RSS 
 
     python benchmarks/encode_train_bench.py --output bench.json
     python benchmarks/encode_train_bench.py --parts encode,screen --docs 64   # a subset of the measurements
+    python benchmarks/encode_train_bench.py --parts encode --model BERT_BASE_FOLDER \
+        --corpus ../shared/data/trec-dl-2019-subset/corpus.jsonl \
+        --encode-configs sentence-transformers,fused,fused+compile,fused+frozen
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ def peak_rss_mb() -> float:
 # ----------------------------------------------------------------------------------- data
 def read_docs(path: Path, count: int) -> list[str]:
     with path.open() as lines:
-        return [f"{row['title']} {row['text']}" for row in map(json.loads, itertools.islice(lines, count))]
+        rows = map(json.loads, itertools.islice(lines, count))
+        return [f"{row.get('title', '')} {row['text']}".strip() for row in rows]
 
 
 def read_triplets(path: Path, count: int) -> list[tuple[str, str, str]]:
@@ -64,25 +68,45 @@ def load_st(model: Path, max_length: int):
 
 
 def load_ours(model: Path, pooling: str, max_length: int):
+    """spladekit with ``pooling``; ``POOLING+compile`` / ``POOLING+frozen``: its backbone compiled, with the weights
+    frozen in for the second (``SparseEncoder.compile_backbone``; ``encode --compile`` freezes)."""
     from spladekit import SparseEncoder
 
-    return SparseEncoder.from_pretrained(model, pooling=pooling, max_length=max_length)
+    pooling, _, compiled = pooling.partition("+")
+    if compiled not in ("", "compile", "frozen"):
+        raise SystemExit(f"encode_train_bench.py: unknown option +{compiled} (compile, frozen)")
+    encoder = SparseEncoder.from_pretrained(model, pooling=pooling, max_length=max_length)
+    if compiled:
+        encoder.compile_backbone(frozen=compiled == "frozen")
+    return encoder
 
 
 def encoder_for(config: str, args):
-    if config == "sentence-transformers":
-        return load_st(args.model, args.max_length)
+    """``sentence-transformers+frozen``: its masked LM's forward compiled, run under inductor's freezing (as
+    spladekit's ``compile_backbone(frozen=True)`` does), for a comparison on equal terms. sentence-transformers calls
+    ``model.forward`` itself, not the module, so ``nn.Module.compile`` would never run: the method is replaced."""
+    if config.startswith("sentence-transformers"):
+        model = load_st(args.model, args.max_length)
+        if config.endswith("+frozen"):
+            masked_lm = model[0].auto_model
+            masked_lm.forward = torch.compile(masked_lm.forward, dynamic=True)
+        return model
     return load_ours(args.model, config, args.max_length)
 
 
 def encode(config: str, model, texts: list[str], batch_size: int):
+    if config == "sentence-transformers+frozen":
+        import torch._inductor.config as inductor
+
+        with inductor.patch(freezing=True):
+            return model.encode(texts, batch_size=batch_size, show_progress_bar=False)
     if config == "sentence-transformers":
         return model.encode(texts, batch_size=batch_size, show_progress_bar=False)
     return model.encode(texts, batch_size=batch_size, show_progress=False)
 
 
 def to_dense(config: str, vectors) -> np.ndarray:
-    if config == "sentence-transformers":
+    if config.startswith("sentence-transformers"):
         return vectors.to_dense().numpy()
     return vectors.toarray()
 
@@ -139,20 +163,22 @@ def timed(function, *args):
 
 
 def measure_encoding(args, docs):
-    """Docs/s per configuration, interleaved batch by batch, and agreement with the naive fp32 vectors."""
-    models = {config: encoder_for(config, args) for config in ENCODE_CONFIGS}
-    seconds = dict.fromkeys(ENCODE_CONFIGS, 0.0)
-    outputs = {config: [] for config in ENCODE_CONFIGS}
-    for config in ENCODE_CONFIGS:  # warm-up
+    """Docs/s per configuration, interleaved batch by batch, and agreement with the naive fp32 vectors (the fused
+    ones where naive is not measured)."""
+    configs = args.encode_configs.split(",")
+    models = {config: encoder_for(config, args) for config in configs}
+    seconds = dict.fromkeys(configs, 0.0)
+    outputs = {config: [] for config in configs}
+    for config in configs:  # warm-up (and compilation, where compiled)
         encode(config, models[config], docs[: args.batch_size], args.batch_size)
     for start in range(0, len(docs), args.batch_size):
         chunk = docs[start : start + args.batch_size]
-        for config in ENCODE_CONFIGS:
+        for config in configs:
             elapsed, vectors = timed(encode, config, models[config], chunk, args.batch_size)
             seconds[config] += elapsed
             outputs[config].append(to_dense(config, vectors))
     dense = {config: np.vstack(blocks) for config, blocks in outputs.items()}
-    reference = dense["naive"]
+    reference = dense["naive" if "naive" in dense else "fused"]
     agreement = {
         config: {
             "max_abs_diff": float(np.abs(values - reference).max()),
@@ -162,7 +188,7 @@ def measure_encoding(args, docs):
         }
         for config, values in dense.items()
     }
-    return {config: len(docs) / seconds[config] for config in ENCODE_CONFIGS}, agreement
+    return {config: len(docs) / seconds[config] for config in configs}, agreement
 
 
 def measure_training(args, triplets):
@@ -374,9 +400,18 @@ def main() -> None:
         default="memory,head,encode,train",
         help="comma-separated measurements: memory, head, encode, train, screen",
     )
+    parser.add_argument(
+        "--encode-configs",
+        default=",".join(ENCODE_CONFIGS),
+        help="encode: sentence-transformers (or sentence-transformers+frozen) and spladekit poolings, each optionally "
+        "+compile or +frozen (its backbone compiled, with the weights frozen in for +frozen), e.g. fused+frozen",
+    )
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    chosen = args.encode_configs.split(",")
+    if not {"sentence-transformers", "fused"} <= set(chosen) or len(set(chosen)) < len(chosen):
+        parser.error(f"--encode-configs: sentence-transformers and fused, once each; got {args.encode_configs!r}")
     torch.set_num_threads(args.threads)
     args.passthrough = [
         f"--{name}={getattr(args, name.replace('-', '_'))}"

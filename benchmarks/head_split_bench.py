@@ -101,6 +101,8 @@ def main() -> None:
         "\n|---|---|---:|---:|---:|---|"
     )
     for level in levels:
+        with torch.no_grad():
+            projection.bias.zero_()  # each level's shift is measured from the unshifted logits
         shift = bias_shift(hidden, projection, mask, level)
         with torch.no_grad():
             projection.bias.fill_(-shift)

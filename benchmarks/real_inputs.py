@@ -115,12 +115,14 @@ class Layout:
     pooling: str = "fused"
 
 
-OPTIONS = "checkpointing[N], compile, triton"
+OPTIONS = "checkpointing[N], compile, triton, adaptive"
+HEADS = {"triton": "triton", "adaptive": "fused-adaptive"}  # an option that picks the head's implementation
 
 
 def spladekit_layout(value: str) -> Layout:
     """A ``--length-groups`` value: ``N`` or ``packed``, then any of ``+checkpointing`` (every layer),
-    ``+checkpointingN``, ``+compile`` and ``+triton`` (the Triton head); anything else exits with one line."""
+    ``+checkpointingN``, ``+compile``, ``+triton`` (the Triton head) and ``+adaptive`` (pooling fused-adaptive);
+    anything else exits with one line."""
     layout, *extras = value.split("+")
     fields: dict = {"packing": True} if layout == "packed" else {}
     if not fields and not (layout.isdigit() and int(layout) >= 1):
@@ -130,8 +132,8 @@ def spladekit_layout(value: str) -> Layout:
         every = extra.removeprefix("checkpointing")
         if extra == "compile":
             fields["compiled"] = True
-        elif extra == "triton":
-            fields["pooling"] = "triton"
+        elif extra in HEADS:
+            fields["pooling"] = HEADS[extra]
         elif extra.startswith("checkpointing") and (every == "" or every.isdigit() and int(every) >= 1):
             fields["every"] = int(every or 1)
         else:
@@ -213,7 +215,7 @@ def worker(args: argparse.Namespace) -> None:
     rng = random.Random(0)
     batches = [
         [(rng.choice(queries), rng.choice(passages), rng.choice(passages)) for _ in range(args.batch)]
-        for _ in range(args.steps + 1)
+        for _ in range(args.steps + args.warmup)
     ]
     tool, value = args.worker.split(":")
     model, loss_of = trainee(tool, args.model, args.max_length, spladekit_layout(value), str(device))
@@ -229,11 +231,12 @@ def worker(args: argparse.Namespace) -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step(batches[0])  # warm-up (and compilation, where compiled)
+    for batch in batches[: args.warmup]:  # warm-up (and compilation of each graph, where compiled)
+        step(batch)
     tokens = 0
     synchronize(device)
     started = time.perf_counter()
-    for batch in batches[1:]:
+    for batch in batches[args.warmup :]:
         step(batch)
     synchronize(device)
     train_seconds = time.perf_counter() - started
@@ -271,7 +274,7 @@ def worker(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------- the run
 def run_worker(config: str, model: Path, args: argparse.Namespace) -> dict:
     command = [sys.executable, __file__, "--worker", config, "--model", str(model)]
-    for name in ("passages", "queries", "batch", "steps", "max_length", "encode_docs", "threads", "device"):
+    for name in ("passages", "queries", "batch", "steps", "warmup", "max_length", "encode_docs", "threads", "device"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     command += ["--bf16"] if args.bf16 else []
     result = subprocess.run(command, capture_output=True, text=True)
@@ -299,7 +302,7 @@ def main() -> None:
         default="1,4,packed",
         help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with "
         "options: '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer), '+compile' "
-        "(torch.compile of the backbone), '+triton' (the Triton head)",
+        "(torch.compile of the backbone), '+triton' (the Triton head), '+adaptive' (pooling fused-adaptive)",
     )
     parser.add_argument(
         "--st", default="plain", help="sentence-transformers configurations: plain, compile (comma-separated)"
@@ -308,6 +311,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="training and encoding under bf16 autocast (both tools)")
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed steps first (compiled: one graph per input layout, e.g. 3)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--encode-docs", type=int, default=128)

@@ -189,3 +189,14 @@ def test_real_model_two_torchrun_ranks_equal_one_process_on_cranfield(tmp_path, 
     assert done.returncode == 0, done.stderr
     ranks, one = Vectors.load(tmp_path / "ranks"), Vectors.load(tmp_path / "one")
     assert len(one) == 1400 and ranks.ids == one.ids and (ranks.matrix != one.matrix).nnz == 0
+
+
+@pytest.mark.slow
+def test_encode_compile_writes_the_vectors_of_the_eager_model(tiny_model_dirs, corpus, tmp_path, cli):
+    """``encode --compile`` (the backbone compiled with its weights frozen in) encodes what the eager model does."""
+    for name, flags in (("eager", []), ("compiled", ["--compile"])):
+        result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", tmp_path / name, *flags)
+        assert result.returncode == 0, result.stderr
+    eager, compiled = (Vectors.load(tmp_path / name) for name in ("eager", "compiled"))
+    assert compiled.ids == eager.ids and eager.matrix.nnz > 0
+    assert abs(compiled.matrix - eager.matrix).max() <= 1e-5

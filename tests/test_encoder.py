@@ -380,12 +380,14 @@ def test_out_of_memory_at_one_text_is_raised(tiny_model_dirs, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_compiled_backbone_encodes_the_same_vectors_with_one_graph_for_every_shape(tiny_model_dirs, tmp_path):
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_compiled_backbone_encodes_the_same_vectors_with_one_graph_for_every_shape(frozen, tiny_model_dirs, tmp_path):
     from torch._dynamo.utils import counters
 
     eager = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
     compiled = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
-    compiled.compile_backbone()
+    torch._dynamo.reset()  # graphs compiled by earlier tests (same model class) would be reused
+    compiled.compile_backbone(frozen=frozen)
     counters.clear()
     for size in (2, 3, 5):  # batches of other shapes (texts and padded lengths)
         expected = eager.encode(TEXTS[:size], batch_size=size, show_progress=False).toarray()
@@ -398,3 +400,43 @@ def test_a_compiled_backbone_encodes_the_same_vectors_with_one_graph_for_every_s
     np.testing.assert_allclose(
         reloaded.encode(TEXTS, show_progress=False).toarray(), eager.encode(TEXTS, show_progress=False).toarray()
     )
+
+
+@pytest.mark.slow
+def test_two_frozen_models_of_one_architecture_encode_their_own_weights(tiny_model_dirs):
+    """Freezing makes the weights constants of a compiled graph: a second model of the same architecture, with
+    other weights, must not reuse the first one's graph (Dynamo's guards tell them apart)."""
+    first, second = (SparseEncoder.from_pretrained(tiny_model_dirs["bert"]) for _ in range(2))
+    with torch.no_grad():
+        for parameter in second.model.parameters():
+            parameter.mul_(1.5)
+    expected = [model.encode(TEXTS, show_progress=False).toarray() for model in (first, second)]
+    for model in (first, second):
+        model.compile_backbone(frozen=True)
+    got = [model.encode(TEXTS, show_progress=False).toarray() for model in (first, second)]
+    assert np.abs(expected[1] - expected[0]).max() > 0.1  # the two models differ
+    for vectors, reference in zip(got, expected):
+        np.testing.assert_allclose(vectors, reference, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", [False, True])
+def test_freezing_makes_the_weights_constants_of_the_compiled_graph(frozen, tiny_model_dirs):
+    """What compile_backbone(frozen=True) promises and warns about: the weights are folded into the graph (so a
+    change made afterwards is not seen), which a plain compile does not do. Fails if freezing is not applied."""
+    torch._dynamo.reset()
+    model = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    model.compile_backbone(frozen=frozen)
+    before = model.encode(TEXTS, show_progress=False).toarray()
+    # the transformer layers' matrices only (the head's projection runs outside the compiled graph; freezing folds
+    # the linear layers' weights, prepacked: biases and norms may stay inputs)
+    linears = [
+        module.weight for module in model.model.base_model.encoder.modules() if isinstance(module, torch.nn.Linear)
+    ]
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for weight in linears:
+            weight.add_(torch.randn(weight.shape, generator=generator))
+    after = model.encode(TEXTS, show_progress=False).toarray()
+    changed = np.abs(after - before).max() > 1e-3
+    assert changed != frozen

@@ -9,7 +9,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -250,6 +250,7 @@ class SparseEncoder(nn.Module):
         self.fresh_keys = list(backbone.fresh_keys)
         self.positions = position_limit(self.model)
         self._clamped: set[int] = set()  # token limits already warned about (one warning per value)
+        self._frozen = False  # compile_backbone(frozen=True)
         # None: spladekit's default, not the user's choice, so no warning on a backbone with fewer positions
         default = min(DEFAULT_MAX_LENGTH, self.positions or DEFAULT_MAX_LENGTH)
         self.max_length = default if max_length is None else self.token_limit(max_length)
@@ -398,18 +399,36 @@ class SparseEncoder(nn.Module):
         )
         return {name: batch[name].to(self.device) for name in self._input_names if name in batch}
 
-    def compile_backbone(self) -> None:
+    def compile_backbone(self, frozen: bool = False) -> None:
         """Compile the backbone's forward in place with ``torch.compile`` (``nn.Module.compile``: the weights, their
         names and what ``save`` writes are unchanged), with dynamic shapes, so that one graph serves every batch
         shape; grad mode (training / encoding) and packed inputs (position ids) each add one graph. The head stays
         eager. The first call of each graph compiles (about a minute for BERT-base on 2 CPU cores); the vectors equal
-        the eager ones up to float rounding (tests/test_encoder.py). Measured in docs/benchmarks.md."""
+        the eager ones up to float rounding (tests/test_encoder.py).
+
+        ``frozen=True`` is for encoding only (``encode`` / ``evaluate`` ``--compile``): inductor's freezing folds the
+        linear layers' weights into the inference graph as constants (on a CPU prepacked for oneDNN), 1.57-1.68× the
+        eager encode of BERT-base on this CPU (docs/benchmarks.md), but a change to them afterwards is not seen: never
+        freeze a model that still trains."""
         self.model.compile(dynamic=True)
+        self._frozen = frozen
+
+    def _backbone(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """The backbone's output (``.logits``: the projection's inputs inside ``projection_bypassed``). A frozen
+        backbone runs under inductor's freezing, which Dynamo reads when it traces (at a call, not at ``compile``):
+        set around every call, so that the weights become constants of the graph (given as options to
+        ``torch.compile`` instead, they stay graph inputs and nothing is folded)."""
+        if not self._frozen:
+            return self.model(**inputs).logits
+        import torch._inductor.config as inductor
+
+        with inductor.patch(freezing=True):
+            return self.model(**inputs).logits
 
     def head_inputs(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, nn.Linear]:
         """Run the backbone up to (not including) the vocabulary projection: (h: B × L × H, projection)."""
         with projection_bypassed(self.model) as projection:
-            hidden = self.model(**batch).logits
+            hidden = self._backbone(batch)
         return hidden, projection
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -456,7 +475,7 @@ class SparseEncoder(nn.Module):
             return self._forward_padded(features)
         inputs = dict(packed.inputs, attention_mask=block_diagonal_mask(self.model, packed))
         with projection_bypassed(self.model) as projection:
-            hidden, mask = unpack(self.model(**inputs).logits, packed)
+            hidden, mask = unpack(self._backbone(inputs), packed)
         # one head pass over the padded layout: cut by length into groups it is slower (every pass copies the V × H
         # projection and makes a dense V × H weight gradient; benchmarks/packed_head_bench.py: 4 groups run at
         # 0.75× at BERT-base, 0.92× at splade-tiny)

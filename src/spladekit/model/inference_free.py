@@ -277,9 +277,9 @@ class InferenceFreeEncoder(nn.Module):
     def original_backbone(self) -> str:
         return self.document_encoder.original_backbone
 
-    def compile_backbone(self) -> None:
+    def compile_backbone(self, frozen: bool = False) -> None:
         """Compile the document encoder's backbone (:meth:`SparseEncoder.compile_backbone`)."""
-        self.document_encoder.compile_backbone()
+        self.document_encoder.compile_backbone(frozen)
 
     @property
     def fresh_keys(self) -> list[str]:

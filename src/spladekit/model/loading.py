@@ -44,8 +44,8 @@ def load_model(
     compiled: bool = False,
 ) -> RetrievalModel:
     """The model in ``path_or_id``, as its kind (``max_length``: the document token limit; ``bf16``: encode under
-    bf16 autocast, see :class:`spladekit.model.encoder.SparseEncoder`; ``compiled``: its backbone compiled, see
-    :meth:`~spladekit.model.encoder.SparseEncoder.compile_backbone`)."""
+    bf16 autocast, see :class:`spladekit.model.encoder.SparseEncoder`; ``compiled``: its backbone compiled and frozen
+    for encoding, see :meth:`~spladekit.model.encoder.SparseEncoder.compile_backbone`)."""
     kind = InferenceFreeEncoder if is_inference_free(path_or_id) else SparseEncoder
     model = kind.from_pretrained(
         path_or_id,
@@ -56,7 +56,7 @@ def load_model(
         bf16=bf16,
     )
     if compiled:
-        model.compile_backbone()
+        model.compile_backbone(frozen=True)
     return model
 
 

@@ -56,7 +56,8 @@ def default_chunk_size(hidden_width: int, tokens: int, itemsize: int = 4) -> int
 # runs its backward as two dense GEMMs (splade_max_pool_fused's dense_backward). An estimate, not a measurement:
 # on the H200 under bf16 autocast the sparse backward of 128 texts took 37.8 ms with every pair active, and the two
 # dense bf16 GEMMs over B·L rows (3 TFLOP) should take ~8 ms at ~400 TFLOP/s, so the dense pass wins above ~1/4
-# (benchmarks/head_split_bench.py --backward measures it on a GPU). On this CPU dense never wins (6-24x slower).
+# (benchmarks/head_split_bench.py --heads ...,fused-dense measures it on a GPU). On this CPU dense never wins (3.6-15x
+# slower backward, docs/benchmarks.md).
 DENSE_BACKWARD_DENSITY = 0.25
 
 # The screen's error model (screen_candidates): bf16 inputs, products accumulated with the unit roundoff of
@@ -112,7 +113,7 @@ def splade_max_pool_fused(
     whose active (text, term) pairs fill at least this fraction of its B × chunk cells (early training) runs as two
     dense GEMMs in the forward's matmul dtype (bf16 under autocast: tensor cores); sparser blocks run as the sparse
     products (:func:`_logit_products`). ``None`` (default): sparse products everywhere, the measured choice on
-    this CPU, where the dense GEMMs' L-fold FLOPs make them 6-24× slower (docs/benchmarks.md). Same gradients
+    this CPU, where the dense GEMMs' L-fold FLOPs make them 3.6-15× slower (docs/benchmarks.md). Same gradients
     either way, up to the GEMM dtype's rounding.
     """
     if chunk_size is None:
@@ -121,16 +122,24 @@ def splade_max_pool_fused(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if search_dtype is not None and search_dtype != hidden.dtype and search_dtype not in SCREEN_DTYPES:
         raise ValueError(f"search_dtype must be None or one of {SCREEN_DTYPES}, got {search_dtype}")
-    needs_grad = torch.is_grad_enabled() and any(
-        tensor is not None and tensor.requires_grad for tensor in (hidden, weight, bias)
-    )
     if dense_backward is not None and not 0 <= dense_backward <= 1:
         raise ValueError(f"dense_backward must be None or a fraction in [0, 1], got {dense_backward}")
-    if needs_grad:
+    if needs_grad(hidden, weight, bias):
         dense = None if dense_backward is None else (dense_backward, chunk_size, compute_dtype(hidden))
         return _FusedSpladeMaxPool.apply(hidden, weight, bias, attention_mask, chunk_size, search_dtype, dense)
     max_logits, _ = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=False)
     return torch.log1p(torch.relu(max_logits))
+
+
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    """Whether autograd will ask for a gradient of any of ``tensors``."""
+    return torch.is_grad_enabled() and any(tensor is not None and tensor.requires_grad for tensor in tensors)
+
+
+def logit_gradient(grad_output: torch.Tensor, max_logits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient reaching each (text, term)'s max logit, in ``dtype``: ``grad / (1 + max)`` where ``max > 0``, else
+    0 (d log1p(relu(x))/dx; torch's relu'(0) = 0; a NaN max gets 0)."""
+    return torch.where(max_logits > 0, grad_output / (1 + max_logits.clamp(min=0)), 0).to(dtype)
 
 
 class _FusedSpladeMaxPool(torch.autograd.Function):
@@ -162,10 +171,8 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         hidden, weight, attention_mask, max_logits, winners = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         batch, length, width = hidden.shape
-        # d log1p(relu(x))/dx = 1 / (1 + x) for x > 0, else 0 (torch's relu'(0) = 0).
-        active = max_logits > 0
-        grad_logits = torch.where(active, grad_output / (1 + max_logits.clamp(min=0)), 0).to(hidden.dtype)
-        text, term = torch.nonzero(active & (grad_logits != 0), as_tuple=True)
+        grad_logits = logit_gradient(grad_output, max_logits, hidden.dtype)
+        text, term = torch.nonzero(grad_logits != 0, as_tuple=True)
         grad = grad_logits[text, term]
         rows = text * length + winners[text, term]
         flat = hidden.detach().reshape(batch * length, width)
@@ -177,7 +184,7 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         wide = torch.promote_types(hidden.dtype, torch.float32)
         grad = grad.to(wide)
         zero_terms = ~weight.detach().any(dim=1)
-        tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see _mean_rows)
+        tied_everywhere = zero_terms[term]  # W_v = 0: every real token ties at b_v (see mean_rows)
         raw_hidden, raw_weight = _logit_products(
             rows,
             term,
@@ -191,14 +198,12 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         )
         if raw_hidden is not None:
             grad_hidden = (
-                _share_among_identical_rows(raw_hidden, flat, attention_mask)
-                .to(hidden.dtype)
-                .view(batch, length, width)
+                share_among_identical_rows(raw_hidden, flat, attention_mask).to(hidden.dtype).view(batch, length, width)
             )
         if raw_weight is not None:
             grad_weight = raw_weight.to(weight.dtype)
             if tied_everywhere.any():
-                means = _mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
+                means = mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
                 grad_weight.index_add_(
                     0, term[tied_everywhere], (grad[tied_everywhere].unsqueeze(1) * means).to(weight.dtype)
                 )
@@ -220,7 +225,7 @@ def _logit_products(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``G·W`` (B·L × H) and ``Gᵀ·H`` (V × H), as asked by ``needs``, for the gradient G of the logits: ``grad``
     (float32 at least) at (``rows``, ``term``), one entry per active pair at its winning token row; the pairs in
-    ``excluded`` (terms whose W row is zero, see :func:`_mean_rows`) are left out of ``Gᵀ·H``.
+    ``excluded`` (terms whose W row is zero, see :func:`mean_rows`) are left out of ``Gᵀ·H``.
 
     With ``dense = (density, block, dtype)``, a vocabulary block of ``block`` terms holding at least
     ``density`` × ``texts`` × block pairs is scattered into a dense B·L × block G and multiplied in ``dtype`` (two
@@ -516,7 +521,7 @@ def _sparse(rows: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, sha
     return matrix.coalesce()
 
 
-def _mean_rows(flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def mean_rows(flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Per text, the mean of its real tokens' rows: what dW_v accumulates for an all-zero W_v (e.g. the
     zero padding row of BERT-style tied embeddings), whose logit b_v every real token ties at, sharing
     the gradient evenly as autograd's ``amax`` does."""
@@ -525,7 +530,7 @@ def _mean_rows(flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor
     return real.sum(1) / keep.sum(1).clamp(min=1)
 
 
-def _share_among_identical_rows(grad: torch.Tensor, flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def share_among_identical_rows(grad: torch.Tensor, flat: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """``grad`` (B·L × H, each pair's gradient at its winning row) shared evenly among bitwise identical
     token rows of one text.
 

@@ -14,7 +14,7 @@ its winning token row and ``g · h[winner]`` to ``W[v]``. Both are segmented sum
 destination (by token row for dH, stable; by term for dW), one program per (destination, hidden tile), summed
 in float32 in a fixed order. No atomics: atomic float adds make gradients differ between identical runs
 (Sparton's fork with atomics showed a 16-38 % loss spread); these are bitwise reproducible. Ties (identical
-token rows, all-zero W rows) are resolved by pooling.py's ``_share_among_identical_rows`` and ``_mean_rows``.
+token rows, all-zero W rows) are resolved by pooling.py's ``share_among_identical_rows`` and ``mean_rows``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from typing import Any
 
 import torch
 
-from spladekit.model.pooling import _mean_rows, _share_among_identical_rows, compute_dtype
+from spladekit.model.pooling import (
+    compute_dtype,
+    logit_gradient,
+    mean_rows,
+    needs_grad,
+    share_among_identical_rows,
+)
 
 with contextlib.suppress(ImportError):  # without triton the module still imports: triton_unusable says why
     import triton.language as tl
@@ -212,10 +218,7 @@ def splade_max_pool_triton(
             raise ValueError(f"pooling 'triton' supports float32, bfloat16 and float16 inputs, got {tensor.dtype}")
     blocks = block_sizes or BlockSizes()
     dtype = compute_dtype(hidden)
-    needs_grad = torch.is_grad_enabled() and any(
-        tensor is not None and tensor.requires_grad for tensor in (hidden, weight, bias)
-    )
-    if needs_grad:
+    if needs_grad(hidden, weight, bias):
         return _TritonSpladeMaxPool.apply(hidden, weight, bias, attention_mask, dtype, blocks)
     max_logits, _ = _max_logits(*_cast(hidden, weight, bias, dtype), attention_mask, blocks)
     return torch.log1p(torch.relu(max_logits))
@@ -250,14 +253,12 @@ class _TritonSpladeMaxPool(torch.autograd.Function):
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         hidden_dtype, weight_dtype, bias_dtype = ctx.dtypes
         batch, length, width = hidden_c.shape
-        # d log1p(relu(x))/dx = 1 / (1 + x) for x > 0, else 0 (torch's relu'(0) = 0); NaN maxima get 0
-        peak = max_logits.float()
-        grad = torch.where(peak > 0, grad_output.float() / (1 + peak.clamp(min=0)), 0.0)
+        grad = logit_gradient(grad_output.float(), max_logits.float(), torch.float32)
         flat = hidden_c.reshape(batch * length, width)
         grad_hidden = grad_weight = grad_bias = None
         if need_hidden:
             raw = _hidden_grad(grad, winners, weight_c, length, ctx.blocks)
-            grad_hidden = _share_among_identical_rows(raw, flat, attention_mask).to(hidden_dtype).view(hidden_c.shape)
+            grad_hidden = share_among_identical_rows(raw, flat, attention_mask).to(hidden_dtype).view(hidden_c.shape)
         if need_weight:
             grad_weight = _weight_grad(grad, winners, weight_c, flat, attention_mask, ctx.blocks).to(weight_dtype)
         if need_bias and bias_dtype is not None:
@@ -351,7 +352,7 @@ def _weight_grad(
     rows = text * length + winners[text, term]
     _segment_sum(term[~tied], rows[~tied], values[~tied], flat, out, blocks)
     if tied.any():
-        means = _mean_rows(flat.float(), attention_mask)
+        means = mean_rows(flat.float(), attention_mask)
         _segment_sum(term[tied], text[tied], values[tied], means, out, blocks)
     return out
 
