@@ -267,3 +267,13 @@ def test_cli_help_documents_every_option():
     assert result.returncode == 0
     for option in ("--output", "--set", "--resume", "--overwrite", "--stop-on-collapse"):
         assert option in result.stdout
+
+
+def test_the_pooling_key_offers_every_head_the_encoder_has():
+    import typing
+
+    from spladekit.model.encoder import POOLINGS
+    from spladekit.train.config import OptimizationConfig
+
+    offered = typing.get_args(typing.get_type_hints(OptimizationConfig)["pooling"])
+    assert set(offered) == set(POOLINGS)
