@@ -231,36 +231,52 @@ def _logit_products(
     ``density`` × ``texts`` × block pairs is scattered into a dense B·L × block G and multiplied in ``dtype`` (two
     GEMMs over every token row); the other pairs are two sparse-dense products (COO, coalesced)."""
     need_hidden, need_weight = needs
-    wide, total, vocab, width = grad.dtype, flat.shape[0], weight.shape[0], weight.shape[1]
-    raw_hidden = flat.new_zeros(total, width, dtype=wide) if need_hidden else None
-    raw_weight = weight.new_zeros(vocab, width, dtype=wide) if need_weight else None
-    sparse = torch.ones_like(term, dtype=torch.bool)
-    if dense is not None and term.numel():
-        density, block, dtype = dense
-        block_of = term // block
-        counts = torch.bincount(block_of, minlength=-(-vocab // block))
-        sizes = torch.full_like(counts, block)
-        sizes[-1] = vocab - block * (counts.shape[0] - 1)
-        chosen = torch.nonzero((counts >= density * sizes * texts) & (counts > 0), as_tuple=True)[0]
-        for index in chosen.tolist():
-            start, stop = index * block, min(vocab, (index + 1) * block)
-            pick = torch.nonzero(block_of == index, as_tuple=True)[0]
+    wide, total, vocab = grad.dtype, flat.shape[0], weight.shape[0]
+    blocks = list(_dense_blocks(term, texts, vocab, dense))
+    dense_hidden = None  # the dense blocks' G·W, summed
+    dense_weight = []  # each dense block's rows of Gᵀ·H
+    if blocks:
+        dtype = dense[2]  # type: ignore[index]  # blocks only with dense
+        flat_c, sparse = flat.to(dtype), torch.ones_like(term, dtype=torch.bool)
+        for start, stop, pick in blocks:
             sparse[pick] = False
             g = flat.new_zeros(total, stop - start, dtype=dtype)
             g[rows[pick], term[pick] - start] = grad[pick].to(dtype)
-            if raw_hidden is not None:
-                raw_hidden += (g @ weight[start:stop].to(dtype)).to(wide)
-            if raw_weight is not None:
-                g[rows[pick[excluded[pick]]], term[pick[excluded[pick]]] - start] = 0
-                raw_weight[start:stop] = (g.T @ flat.to(dtype)).to(wide)
-    rows, term, grad, excluded = rows[sparse], term[sparse], grad[sparse], excluded[sparse]
-    if raw_hidden is not None:
-        raw_hidden += torch.sparse.mm(_sparse(rows, term, grad, (total, vocab)), weight.to(wide))
-    if raw_weight is not None:
+            if need_hidden:
+                part = (g @ weight[start:stop].to(dtype)).to(wide)
+                dense_hidden = part if dense_hidden is None else dense_hidden.add_(part)
+            if need_weight:
+                tied = pick[excluded[pick]]
+                g[rows[tied], term[tied] - start] = 0
+                dense_weight.append((start, (g.T @ flat_c).to(wide)))
+        rows, term, grad, excluded = rows[sparse], term[sparse], grad[sparse], excluded[sparse]
+    raw_hidden = raw_weight = None
+    if need_hidden:
+        raw_hidden = torch.sparse.mm(_sparse(rows, term, grad, (total, vocab)), weight.to(wide))
+        if dense_hidden is not None:
+            raw_hidden += dense_hidden
+    if need_weight:
         keep = ~excluded
-        by_term = _sparse(term[keep], rows[keep], grad[keep], (vocab, total))
-        raw_weight += torch.sparse.mm(by_term, flat.to(wide))
+        raw_weight = torch.sparse.mm(_sparse(term[keep], rows[keep], grad[keep], (vocab, total)), flat.to(wide))
+        for start, part in dense_weight:  # those rows hold no sparse pair: set, not added
+            raw_weight[start : start + part.shape[0]] = part
     return raw_hidden, raw_weight
+
+
+def _dense_blocks(
+    term: torch.Tensor, texts: int, vocab: int, dense: tuple[float, int, torch.dtype] | None
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """(first term, end, pair indices) of each vocabulary block of ``block`` terms whose pairs fill at least
+    ``density`` of its ``texts`` × block cells, for ``dense = (density, block, dtype)``; none when ``dense`` is None."""
+    if dense is None or not term.numel():
+        return
+    density, block, _ = dense
+    block_of = term // block
+    counts = torch.bincount(block_of, minlength=-(-vocab // block))
+    sizes = torch.full_like(counts, block)
+    sizes[-1] = vocab - block * (counts.shape[0] - 1)
+    for index in torch.nonzero((counts >= density * sizes * texts) & (counts > 0), as_tuple=True)[0].tolist():
+        yield index * block, min(vocab, (index + 1) * block), torch.nonzero(block_of == index, as_tuple=True)[0]
 
 
 def _augmented(
