@@ -165,7 +165,7 @@ def rescale(
 ) -> None:
     """Rescale the MLM head once (W_head ← W_head / k) and save a model folder that records it."""
     from spladekit.model.head import head_norms, parse_k
-    from spladekit.model.inference_free import InferenceFreeEncoder
+    from spladekit.model.inference_free import document_encoder
     from spladekit.model.loading import load_model
     from spladekit.model.rescaling import apply_rescale, resolve_rescale
 
@@ -173,7 +173,7 @@ def rescale(
     with opened(output, folder=True, overwrite=overwrite) as staged:
         model = load_model(backbone, trust_remote_code=trust_remote_code)
         # an inference-free model's head is its document encoder's; the query table is saved with it
-        encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
+        encoder = document_encoder(model)
         record = resolve_rescale(encoder, k, mode, rescale_bias)
         before = head_norms(encoder.model)
         after = head_norms(apply_rescale(encoder, record).model)

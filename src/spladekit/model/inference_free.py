@@ -484,3 +484,9 @@ class InferenceFreeEncoder(nn.Module):
 
     def decode(self, row: sp.csr_matrix, top: int | None = None) -> dict[str, float]:
         return self.document_encoder.decode(row, top)
+
+
+def document_encoder(model: SparseEncoder | InferenceFreeEncoder) -> SparseEncoder:
+    """The SparseEncoder that holds a model's backbone and head: the model itself, or an inference-free model's
+    document encoder (its queries are a weight table)."""
+    return model.document_encoder if isinstance(model, InferenceFreeEncoder) else model

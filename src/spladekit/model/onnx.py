@@ -38,6 +38,7 @@ from spladekit.model.inference_free import (
     QUERY_WEIGHTS_FILE,
     QUERY_WEIGHTS_TENSOR,
     InferenceFreeEncoder,
+    document_encoder,
     read_query_weights,
     weight_table_vectors,
 )
@@ -101,7 +102,7 @@ def export_onnx(
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
+    encoder = document_encoder(model)
     if top_k is not None and not 1 <= top_k <= encoder.vocab_size:
         raise SpladekitError(f"top_k must be between 1 and the vocabulary size {encoder.vocab_size}, got {top_k}")
     onnx, _ = _onnx_packages()

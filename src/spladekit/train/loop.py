@@ -57,7 +57,7 @@ from spladekit.model.backbone import remote_code_hint
 from spladekit.model.diagnosis import HeadReport
 from spladekit.model.encoder import non_finite_weights
 from spladekit.model.head import embedding_norms, head_norms
-from spladekit.model.inference_free import InferenceFreeEncoder
+from spladekit.model.inference_free import InferenceFreeEncoder, document_encoder
 from spladekit.model.loading import RetrievalModel, load_model
 from spladekit.model.rescaling import RescaleRecord
 from spladekit.train.checkpoint import checkpoints, load_training_state, save_checkpoint
@@ -271,7 +271,7 @@ def start(
         config = resolved_config(config, rescaling)
         initial_head = None
         if processes.main:
-            head = encoder.document_encoder if isinstance(encoder, InferenceFreeEncoder) else encoder
+            head = document_encoder(encoder)
             initial_head = initial_head_report(head, config, training_set, rescaling)
             if overwrite and place is not None:
                 place.set_aside()  # only now: the config, the data and the backbone are good

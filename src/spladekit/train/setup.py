@@ -21,7 +21,7 @@ from spladekit.common.lines import read_json
 from spladekit.data.training import TrainingSet
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
 from spladekit.model.encoder import SparseEncoder, check_pooling
-from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+from spladekit.model.inference_free import InferenceFreeEncoder, document_encoder, idf_weights
 from spladekit.model.loading import RetrievalModel
 from spladekit.model.packing import packable
 from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale, step_factors
@@ -88,7 +88,7 @@ def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: t
       cannot is a :class:`SpladekitError` naming it;
     * ``packing`` on a backbone that cannot pack (:func:`spladekit.model.packing.packable`): one warning, as it
       trains on padded batches."""
-    head = encoder.document_encoder if isinstance(encoder, InferenceFreeEncoder) else encoder
+    head = document_encoder(encoder)
     try:
         check_pooling(opt.pooling, device)
     except SpladekitError as error:
