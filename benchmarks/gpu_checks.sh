@@ -7,7 +7,7 @@
 #   STEPS=assets bash benchmarks/gpu_checks.sh          # here: copies what the steps read into gpu-assets/ (6 MB)
 #   SHARED=gpu-assets bash benchmarks/gpu_checks.sh     # there (carry gpu-assets/: its wheels are installed)
 #
-# Issue 27's steps (the default, about 9 minutes on an H200):
+# Issue 27's steps (the default; their time limits add up to 570 s, 9.5 minutes):
 #   kernels        the Triton head, the dense-block backward and the CUDA tests on the GPU
 #   head-30k/50k   the head alone at BERT-base / ModernBERT-base vocabularies, bf16 autocast, three sparsities:
 #                  sentence-transformers, fused (sparse backward), fused-adaptive, fused-dense, triton

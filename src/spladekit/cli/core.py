@@ -35,7 +35,7 @@ BF16 = typer.Option(
 COMPILE = typer.Option(
     False,
     "--compile",
-    help="torch.compile the model's backbone with its weights frozen in (dynamic shapes; about half a minute of "
+    help="torch.compile the model's backbone with its weights frozen in (dynamic shapes; about 20 s of "
     "compiling for a base-size model on 2 CPU cores, 0.5 GB more memory): the same vectors up to float rounding, "
     "1.68x the encoding speed of BERT-base on a 2-core CPU once compiled (docs/benchmarks.md).",
 )
