@@ -66,6 +66,7 @@ from spladekit.train.monitors import EVALUATION_FILE, CollapseDetector, MetricsL
 from spladekit.train.regularizers import lambda_at
 from spladekit.train.setup import (
     CONFIG_FILE,
+    check_pooling_on,
     initial_encoder,
     initial_head_report,
     lr_factors,
@@ -259,6 +260,7 @@ def start(
             f"optimization.batch_size ({opt.batch_size}) must be a multiple of accumulation × "
             f"processes ({opt.accumulation} × {processes.world_size})"
         )
+    check_pooling_on(opt, processes.device)
     checkpoint = prepare_output(output, config, resume, overwrite) if processes.main else None
     distributed.barrier(processes)
     if not processes.main and resume:

@@ -76,6 +76,15 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     ), record
 
 
+def check_pooling_on(opt: OptimizationConfig, device: torch.device) -> None:
+    """``optimization.pooling`` refused in one line where it cannot run on ``device`` (``triton`` without CUDA or the
+    triton package); :func:`spladekit.train.loop.start` asks before it reads the data."""
+    try:
+        check_pooling(opt.pooling, device)
+    except SpladekitError as error:
+        raise SpladekitError(f"optimization.pooling: {error}") from None
+
+
 def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: torch.device) -> None:
     """What ``optimization`` changes in the backbone before training, checked before any work:
 
@@ -88,12 +97,8 @@ def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: t
       cannot is a :class:`SpladekitError` naming it;
     * ``packing`` on a backbone that cannot pack (:func:`spladekit.model.packing.packable`): one warning, as it
       trains on padded batches."""
-    head = document_encoder(encoder)
-    try:
-        check_pooling(opt.pooling, device)
-    except SpladekitError as error:
-        raise SpladekitError(f"optimization.pooling: {error}") from None
-    head.pooling = opt.pooling
+    check_pooling_on(opt, device)
+    document_encoder(encoder).pooling = opt.pooling
     if opt.activation_checkpointing:
         try:
             encoder.model.activation_checkpointing_enable(every_n_layers=opt.activation_checkpointing)
