@@ -48,7 +48,8 @@ def heads(names: list[str], projection: torch.nn.Linear, mask: torch.Tensor) -> 
         elif name in poolings:
             chosen[name] = lambda hidden, pool=poolings[name]: pool(hidden, projection.weight, projection.bias, mask)
         else:
-            raise SystemExit(f"head_split_bench.py: --heads: unknown head {name!r} ({', '.join(poolings)})")
+            known = ", ".join(["sentence-transformers", *poolings])
+            raise SystemExit(f"head_split_bench.py: --heads: unknown head {name!r} ({known})")
     return chosen
 
 
