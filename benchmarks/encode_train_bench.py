@@ -73,12 +73,22 @@ def load_ours(model: Path, pooling: str, max_length: int):
     from spladekit import SparseEncoder
 
     pooling, _, compiled = pooling.partition("+")
-    if compiled not in ("", "compile", "frozen"):
-        raise SystemExit(f"encode_train_bench.py: unknown option +{compiled} (compile, frozen)")
     encoder = SparseEncoder.from_pretrained(model, pooling=pooling, max_length=max_length)
     if compiled:
         encoder.compile_backbone(frozen=compiled == "frozen")
     return encoder
+
+
+def config_error(config: str) -> str | None:
+    """Why ``config`` is not an --encode-configs entry, or None."""
+    from spladekit.model.encoder import POOLINGS
+
+    base, _, option = config.partition("+")
+    if base == "sentence-transformers":
+        return None if option in ("", "frozen") else f"{config!r}: sentence-transformers takes +frozen only"
+    if base not in POOLINGS:
+        return f"unknown pooling {base!r} in {config!r} (sentence-transformers, {', '.join(POOLINGS)})"
+    return None if option in ("", "compile", "frozen") else f"unknown option +{option} in {config!r} (compile, frozen)"
 
 
 def encoder_for(config: str, args):
@@ -412,6 +422,8 @@ def main() -> None:
     chosen = args.encode_configs.split(",")
     if not {"sentence-transformers", "fused"} <= set(chosen) or len(set(chosen)) < len(chosen):
         parser.error(f"--encode-configs: sentence-transformers and fused, once each; got {args.encode_configs!r}")
+    for error in filter(None, map(config_error, chosen)):
+        parser.error(f"--encode-configs: {error}")
     torch.set_num_threads(args.threads)
     args.passthrough = [
         f"--{name}={getattr(args, name.replace('-', '_'))}"
