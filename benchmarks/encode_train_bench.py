@@ -308,7 +308,7 @@ def measure_screen(args, docs):
     with torch.inference_mode():
         hidden, projection = model.head_inputs(batch)
         weight, bias = projection.weight, projection.bias
-        chunk = pooling.DEFAULT_CHUNK_SIZE
+        chunk = pooling.default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
         fp32_s, (exact, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.float32, False)
         screen_s, (screen, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.bfloat16, False)
         bound_s, candidates = timed(pooling.screen_candidates, screen, hidden, weight, bias, mask, torch.bfloat16)
@@ -327,7 +327,7 @@ def measure_screen(args, docs):
         "missed_nonzero": int((nonzero & ~candidates).sum()),
         "recomputed_equals_fp32": bool(torch.equal(torch.where(candidates, recomputed, exact), exact)),
         "max_text_norm": float(torch.linalg.vector_norm(hidden, dim=2).amax()),
-        "max_row_norm": float(torch.linalg.vector_norm(weight, dim=1).amax()),
+        "max_row_norm": float(torch.linalg.vector_norm(weight.detach(), dim=1).amax()),
     }
 
 
