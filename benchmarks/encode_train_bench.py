@@ -202,16 +202,17 @@ def measure_encoding(args, docs):
 
 
 def measure_training(args, triplets):
-    trainers = {config: Trainer(config, args) for config in TRAIN_CONFIGS}
+    configs = args.train_configs.split(",")
+    trainers = {config: Trainer(config, args) for config in configs}
     batches = [triplets[i : i + args.train_batch] for i in range(0, len(triplets), args.train_batch)]
-    for config in TRAIN_CONFIGS:  # warm-up step
+    for config in configs:  # warm-up step
         trainers[config].step(batches[0])
-    seconds = dict.fromkeys(TRAIN_CONFIGS, 0.0)
+    seconds = dict.fromkeys(configs, 0.0)
     for batch in batches[1 : args.train_steps + 1]:
-        for config in TRAIN_CONFIGS:
+        for config in configs:
             elapsed, _ = timed(trainers[config].step, batch)
             seconds[config] += elapsed
-    return {config: args.train_steps / seconds[config] for config in TRAIN_CONFIGS}
+    return {config: args.train_steps / seconds[config] for config in configs}
 
 
 def gemm_gflops(dtype, size=2048, repeats=5) -> float:
@@ -289,8 +290,8 @@ def worker(args) -> None:
 
 def measure_memory(args) -> dict:
     results = {}
-    for mode, configs in (("encode", ENCODE_CONFIGS), ("train", TRAIN_CONFIGS)):
-        for config in configs:
+    for mode, configs in (("encode", args.encode_configs), ("train", args.train_configs)):
+        for config in configs.split(","):
             command = [sys.executable, __file__, "--worker", f"{mode}:{config}", *args.passthrough]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             results[f"{mode}:{config}"] = json.loads(output.strip().splitlines()[-1])
@@ -332,6 +333,13 @@ def measure_screen(args, docs):
 
 
 # ----------------------------------------------------------------------------------- report
+def speed_table(task: str, unit: str, speeds: dict[str, float]) -> list[str]:
+    st, fused = speeds["sentence-transformers"], speeds["fused"]
+    lines = [f"| {task} configuration | {unit} | × sentence-transformers | × fused |", "|---|---|---|---|"]
+    rows = [f"| {name} | {speed:.2f} | {speed / st:.2f}× | {speed / fused:.2f}× |" for name, speed in speeds.items()]
+    return lines + rows
+
+
 def markdown(report: dict) -> str:
     lines = []
     if "screen" in report:
@@ -343,12 +351,7 @@ def markdown(report: dict) -> str:
         ]
         lines.append("")
     if "encode_docs_per_s" in report:
-        enc = report["encode_docs_per_s"]
-        lines += ["| encode configuration | docs/s | × sentence-transformers | × fused |", "|---|---|---|---|"]
-        lines += [
-            f"| {config} | {speed:.2f} | {speed / enc['sentence-transformers']:.2f}× | {speed / enc['fused']:.2f}× |"
-            for config, speed in enc.items()
-        ]
+        lines += speed_table("encode", "docs/s", report["encode_docs_per_s"])
         lines += [
             "",
             "| agreement with naive fp32 | max abs diff | values off by > 1e-3 | non-zero set mismatches | naive nnz |",
@@ -360,6 +363,8 @@ def markdown(report: dict) -> str:
                 f"{a['nonzero_set_mismatches']} | {a['reference_nnz']} |"
             )
         lines.append("")
+    if "train_steps_per_s" in report:
+        lines += [*speed_table("train", "steps/s", report["train_steps_per_s"]), ""]
     if {"memory", "head", "train_steps_per_s", "encode_docs_per_s"} <= report.keys():
         lines.append(full_markdown(report))
     return "\n".join(lines)
@@ -416,14 +421,22 @@ def main() -> None:
         help="encode: sentence-transformers (or sentence-transformers+frozen) and spladekit poolings, each optionally "
         "+compile or +frozen (its backbone compiled, with the weights frozen in for +frozen), e.g. fused+frozen",
     )
+    parser.add_argument(
+        "--train-configs",
+        default=",".join(TRAIN_CONFIGS),
+        help="train: sentence-transformers and spladekit poolings, each optionally +compile, e.g. fused-bf16",
+    )
     parser.add_argument("--output", type=Path, help="write the JSON report here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    chosen = args.encode_configs.split(",")
-    if not {"sentence-transformers", "fused"} <= set(chosen) or len(set(chosen)) < len(chosen):
-        parser.error(f"--encode-configs: sentence-transformers and fused, once each; got {args.encode_configs!r}")
-    for error in filter(None, map(config_error, chosen)):
-        parser.error(f"--encode-configs: {error}")
+    for option, value in (("--encode-configs", args.encode_configs), ("--train-configs", args.train_configs)):
+        chosen = value.split(",")
+        if not {"sentence-transformers", "fused"} <= set(chosen) or len(set(chosen)) < len(chosen):
+            parser.error(f"{option}: sentence-transformers and fused, once each; got {value!r}")
+        for error in filter(None, map(config_error, chosen)):
+            parser.error(f"{option}: {error}")
+        if option == "--train-configs" and any(config.endswith("+frozen") for config in chosen):
+            parser.error("--train-configs: +frozen is for encoding (a frozen backbone does not see its new weights)")
     torch.set_num_threads(args.threads)
     args.passthrough = [
         f"--{name}={getattr(args, name.replace('-', '_'))}"
