@@ -115,13 +115,14 @@ class Layout:
     pooling: str = "fused"
 
 
-OPTIONS = "checkpointing[N], compile, triton, adaptive"
-HEADS = {"triton": "triton", "adaptive": "fused-adaptive"}  # an option that picks the head's implementation
+OPTIONS = "checkpointing[N], compile, triton, adaptive, bf16screen"
+HEADS = {"triton": "triton", "adaptive": "fused-adaptive", "bf16screen": "fused-bf16"}  # options that pick the head
 
 
 def spladekit_layout(value: str) -> Layout:
     """A ``--length-groups`` value: ``N`` or ``packed``, then any of ``+checkpointing`` (every layer),
-    ``+checkpointingN``, ``+compile``, ``+triton`` (the Triton head) and ``+adaptive`` (pooling fused-adaptive);
+    ``+checkpointingN``, ``+compile``, ``+triton`` (the Triton head), ``+adaptive`` (pooling fused-adaptive) and
+    ``+bf16screen`` (pooling fused-bf16);
     anything else exits with one line."""
     layout, *extras = value.split("+")
     fields: dict = {"packing": True} if layout == "packed" else {}
@@ -302,7 +303,8 @@ def main() -> None:
         default="1,4,packed",
         help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with "
         "options: '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer), '+compile' "
-        "(torch.compile of the backbone), '+triton' (the Triton head), '+adaptive' (pooling fused-adaptive)",
+        "(torch.compile of the backbone), '+triton' (the Triton head), '+adaptive' (pooling fused-adaptive), "
+        "'+bf16screen' (pooling fused-bf16)",
     )
     parser.add_argument(
         "--st", default="plain", help="sentence-transformers configurations: plain, compile (comma-separated)"

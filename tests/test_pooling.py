@@ -21,10 +21,12 @@ from spladekit.model.pooling import (
     BLOCK_BYTES_PER_WIDTH,
     MIN_CHUNK_SIZE,
     _augmented,
+    bf16_screen_pays,
     default_chunk_size,
     screen_candidates,
     screen_is_sound,
     splade_max_pool,
+    splade_max_pool_auto,
     splade_max_pool_fused,
 )
 from tiny_models import SAMPLE_TEXTS as TEXTS
@@ -218,6 +220,47 @@ def test_bf16_screen_gives_exact_values_and_gradients():
         torch.testing.assert_close(
             splade_max_pool_fused(hidden, weight, bias, mask, search_dtype=torch.bfloat16), naive, rtol=0, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("pays", [False, True])
+def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
+    """auto is fused, screened in bf16 where bf16_screen_pays says so: the same values and gradients either way."""
+    monkeypatch.setattr(pooling_module, "bf16_screen_pays", lambda device: pays)
+    screens = []
+    fused = pooling_module.splade_max_pool_fused
+    monkeypatch.setattr(
+        pooling_module,
+        "splade_max_pool_fused",
+        lambda *args, search_dtype=None: screens.append(search_dtype) or fused(*args, search_dtype=search_dtype),
+    )
+    hidden, weight, bias, mask = random_inputs(batch=4, length=16, width=32, vocab=300, dtype=torch.float32)
+    grad_output = torch.randn(4, 300, generator=torch.Generator().manual_seed(2))
+    results = []
+    for pool in (fused, splade_max_pool_auto):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        out = pool(h, w, bias, mask)
+        results.append((out.detach(), torch.autograd.grad(out, [h, w], grad_output)))
+    assert screens == [torch.bfloat16 if pays else None]
+    (reference, reference_grads), (auto, auto_grads) = results
+    assert (reference > 0).sum() > 100 and torch.equal(auto > 0, reference > 0)
+    torch.testing.assert_close(auto, reference, rtol=0, atol=1e-5)
+    for auto_grad, reference_grad in zip(auto_grads, reference_grads):
+        torch.testing.assert_close(auto_grad, reference_grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("device", "avx512_bf16", "amx", "pays"),
+    [
+        ("cpu", False, False, False),  # AVX2 or AVX-512 without bf16: the screen measured 0.26x there
+        ("cpu", True, False, True),
+        ("cpu", False, True, True),
+        ("cuda", True, True, False),  # measured 0.95-0.96x on an H200
+    ],
+)
+def test_the_bf16_screen_pays_on_cpus_with_native_bf16_only(device, avx512_bf16, amx, pays, monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert bf16_screen_pays(torch.device(device)) is pays
 
 
 def fp32_naive_reference(hidden, weight, bias, mask, grad_output):
@@ -416,11 +459,11 @@ def test_real_model_on_scifact_fused_and_bf16_match_naive():
         pooling: SparseEncoder.from_pretrained(model, pooling=pooling)
         .encode(docs, batch_size=6, show_progress=False)
         .toarray()
-        for pooling in ("naive", "fused", "fused-bf16")
+        for pooling in ("naive", "fused", "fused-bf16", "auto")
     }
     naive = vectors["naive"]
     assert (naive > 0).sum(1).min() > 20
-    for pooling in ("fused", "fused-bf16"):
+    for pooling in ("fused", "fused-bf16", "auto"):
         assert np.abs(vectors[pooling] - naive).max() <= 1e-3, pooling
         assert np.array_equal(vectors[pooling] > 0, naive > 0), pooling
 

@@ -207,11 +207,11 @@ def test_length_groups_and_packing_train_the_same_model(tiny_bert, triplets_file
             torch.testing.assert_close(weights[1][name], tensor, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("pooling", ["fused-adaptive", "triton"])
+@pytest.mark.parametrize("pooling", ["fused-adaptive", "triton", "fused-bf16"])
 def test_the_head_implementations_train_the_same_model(pooling, tiny_bert, triplets_file, tmp_path):
     """optimization.pooling changes how the head computes, not what: the same losses, gradient norms and weights as
-    the default fused head (fused-adaptive: dense GEMMs for dense vocabulary blocks; triton: its kernels, here
-    through Triton's interpreter)."""
+    the fp32 fused head (fused-adaptive: dense GEMMs for dense vocabulary blocks; triton: its kernels, here
+    through Triton's interpreter; fused-bf16: the bf16 screen that auto runs on CPUs with native bf16)."""
     runs = {}
     for name in ("fused", pooling):
         config = tiny_config(

@@ -34,7 +34,12 @@ from spladekit.model.backbone import (
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
 from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
-from spladekit.model.pooling import DENSE_BACKWARD_DENSITY, splade_max_pool, splade_max_pool_fused
+from spladekit.model.pooling import (
+    DENSE_BACKWARD_DENSITY,
+    splade_max_pool,
+    splade_max_pool_auto,
+    splade_max_pool_fused,
+)
 
 METADATA_FILE = "spladekit.json"
 log = logging.getLogger("spladekit")
@@ -55,8 +60,11 @@ def splade_max_pool_triton(
     return pool(hidden, weight, bias, attention_mask)
 
 
-# SPLADE max pooling implementations (same values and gradients; see spladekit.model.pooling).
+# SPLADE max pooling implementations (same values and gradients; see spladekit.model.pooling). The default, auto, is
+# fused screened in bf16 where that is faster (pooling.bf16_screen_pays: CPUs with native bf16), else fused.
+DEFAULT_POOLING = "auto"
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
+    "auto": splade_max_pool_auto,
     "fused": splade_max_pool_fused,
     "fused-adaptive": functools.partial(splade_max_pool_fused, dense_backward=DENSE_BACKWARD_DENSITY),
     "fused-bf16": functools.partial(splade_max_pool_fused, search_dtype=torch.bfloat16),
@@ -224,9 +232,11 @@ class SparseEncoder(nn.Module):
     return CSR matrices (inference, length-sorted batches, ``torch.inference_mode``), each side with its own
     token limit: ``max_length`` for documents (and ``encode``), ``query_max_length`` for queries (``None``:
     not recorded, queries use ``max_length`` as they always did). ``pooling`` picks the head:
-    ``"fused"`` (default: chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
+    ``"auto"`` (default: ``fused-bf16`` on CPUs with native bf16 matmuls, else ``fused``; ``pooling.bf16_screen_pays``),
+    ``"fused"`` (chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
     screens the terms under a rounding-error bound, fp32 recomputes the candidates: the same non-zero set,
-    see ``pooling.screen_candidates``) or ``"naive"`` (materializes B × L × V logits). ``bf16``: ``encode`` runs
+    see ``pooling.screen_candidates``), ``"fused-adaptive"``, ``"triton"`` or ``"naive"`` (materializes B × L × V
+    logits). ``bf16``: ``encode`` runs
     the backbone and head under bf16 autocast (:func:`spladekit.common.devices.autocast`; the weights stay fp32),
     3.4-5.5× the fp32 speed on an H200 (docs/encoding.md) and not bit-identical to fp32: recorded where the
     vectors are (a sharded folder's plan, the evaluation cache key, an evaluation's provenance).
@@ -236,7 +246,7 @@ class SparseEncoder(nn.Module):
         self,
         backbone: Backbone,
         max_length: int | None = None,
-        pooling: str = "fused",
+        pooling: str = DEFAULT_POOLING,
         query_max_length: int | None = None,
         bf16: bool = False,
     ):
@@ -269,7 +279,7 @@ class SparseEncoder(nn.Module):
         trust_remote_code: bool = False,
         device: str | None = None,
         max_length: int | None = None,
-        pooling: str = "fused",
+        pooling: str = DEFAULT_POOLING,
         query_max_length: int | None = None,
         bf16: bool = False,
     ) -> SparseEncoder:

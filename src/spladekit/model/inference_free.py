@@ -54,7 +54,14 @@ from spladekit.common.lines import expect, reading
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.card import CardEvaluation, write_model_card
-from spladekit.model.encoder import METADATA_FILE, SparseEncoder, check_side, read_metadata, text_list
+from spladekit.model.encoder import (
+    DEFAULT_POOLING,
+    METADATA_FILE,
+    SparseEncoder,
+    check_side,
+    read_metadata,
+    text_list,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -294,7 +301,7 @@ class InferenceFreeEncoder(nn.Module):
         device: str | None = None,
         max_length: int | None = None,
         query_max_length: int | None = None,
-        pooling: str = "fused",
+        pooling: str = DEFAULT_POOLING,
         bf16: bool = False,
     ) -> InferenceFreeEncoder:
         """Load a saved inference-free spladekit folder or a sentence-transformers inference-free ``Router``

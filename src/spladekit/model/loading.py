@@ -15,7 +15,7 @@ from typing import Union
 import torch
 
 from spladekit.common.sources import is_local_model
-from spladekit.model.encoder import SparseEncoder, read_metadata
+from spladekit.model.encoder import DEFAULT_POOLING, SparseEncoder, read_metadata
 from spladekit.model.foreign import resolve_model_folder
 from spladekit.model.inference_free import KIND, InferenceFreeEncoder
 
@@ -39,7 +39,7 @@ def load_model(
     trust_remote_code: bool = False,
     device: str | None = None,
     max_length: int | None = None,
-    pooling: str = "fused",
+    pooling: str = DEFAULT_POOLING,
     bf16: bool = False,
     compiled: bool = False,
 ) -> RetrievalModel:

@@ -20,6 +20,7 @@ Two implementations with the same value and gradient:
 recomputes the survivors in ``hidden.dtype``. A term survives unless a rounding-error bound
 (:func:`screen_candidates`) proves that no token's logit can be positive, so the result has the
 non-zero set of the full-precision path: only the screen's speed depends on bf16, never the result.
+:func:`splade_max_pool_auto` screens where that is the faster path (:func:`bf16_screen_pays`).
 """
 
 from __future__ import annotations
@@ -129,6 +130,27 @@ def splade_max_pool_fused(
         return _FusedSpladeMaxPool.apply(hidden, weight, bias, attention_mask, chunk_size, search_dtype, dense)
     max_logits, _ = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=False)
     return torch.log1p(torch.relu(max_logits))
+
+
+def splade_max_pool_auto(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """:func:`splade_max_pool_fused`, screened in bf16 (``search_dtype=torch.bfloat16``) where the screen pays
+    (:func:`bf16_screen_pays`), else in full precision: the same vectors and gradients either way."""
+    search_dtype = torch.bfloat16 if bf16_screen_pays(hidden.device) else None
+    return splade_max_pool_fused(hidden, weight, bias, attention_mask, search_dtype=search_dtype)
+
+
+def bf16_screen_pays(device: torch.device) -> bool:
+    """Whether the bf16 screen is the faster head on ``device``: a CPU with native bf16 matmuls (AVX512-BF16 or AMX).
+
+    Measured (docs/benchmarks.md, "The bounded bf16 screen"): on a 2-core AVX512-BF16 CPU the screen encoded a trained
+    splade-tiny at 2.77× and trained it at 1.81× the fp32 head; on an AVX2-only CPU its bf16 matmul was 4.3× slower
+    than fp32 (0.26× encode), and on an H200 it was 0.95-0.96× (fp32 tensor-core GEMMs are already fast there)."""
+    if device.type != "cpu":
+        return False
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch's own; its public API has no bf16 probe
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
 def needs_grad(*tensors: torch.Tensor | None) -> bool:

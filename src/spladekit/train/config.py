@@ -114,11 +114,12 @@ class OptimizationConfig:
         "block-diagonal attention mask): no compute on padding in the backbone, the same vectors; BERT, "
         "DistilBERT, ALBERT, ELECTRA, RoBERTa and ModernBERT families (others stay padded)",
     )
-    pooling: Literal["fused", "fused-adaptive", "fused-bf16", "triton", "naive"] = declared(
-        "fused",
-        "the SPLADE head (spladekit.model.encoder.POOLINGS; the same vectors and gradients): fused (sparse backward), "
-        "fused-adaptive (dense GEMMs for a vocabulary block's backward where its pairs are dense), triton (CUDA "
-        "kernels), fused-bf16, naive",
+    pooling: Literal["auto", "fused", "fused-adaptive", "fused-bf16", "triton", "naive"] = declared(
+        "auto",
+        "the SPLADE head (spladekit.model.encoder.POOLINGS; the same vectors and gradients): auto (fused-bf16 on CPUs "
+        "with native bf16 matmuls, else fused), fused (sparse backward), fused-adaptive (dense GEMMs for a vocabulary "
+        "block's backward where its pairs are dense), triton (CUDA kernels), fused-bf16 (a bf16 screen of the terms, "
+        "fp32 recompute), naive",
     )
     compile: bool = declared(
         False,

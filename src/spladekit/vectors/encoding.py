@@ -40,7 +40,7 @@ from spladekit.common.devices import resolve_device
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sparse import check_max_active_dims, nnz_per_row
 from spladekit.data.stream import iter_corpus, scan_corpus, update_fingerprint
-from spladekit.model.encoder import check_side
+from spladekit.model.encoder import DEFAULT_POOLING, check_side
 from spladekit.model.loading import RetrievalModel, load_model, model_fingerprint
 from spladekit.vectors.artifact import Vectors
 from spladekit.vectors.shards import (
@@ -248,7 +248,7 @@ def encode_to_shards(
     side: str = "document",
     max_length: int | None = None,
     max_active_dims: int | None = None,
-    pooling: str = "fused",
+    pooling: str = DEFAULT_POOLING,
     trust_remote_code: bool = False,
     device: str | None = "auto",
     show_progress: bool = True,
