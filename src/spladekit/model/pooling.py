@@ -144,9 +144,10 @@ def splade_max_pool_auto(
 def bf16_screen_pays(device: torch.device) -> bool:
     """Whether the bf16 screen is the faster head on ``device``: a CPU with native bf16 matmuls (AVX512-BF16 or AMX).
 
-    Measured (docs/benchmarks.md, "The bounded bf16 screen"): on a 2-core AVX512-BF16 CPU the screen encoded a trained
-    splade-tiny at 2.77× and trained it at 1.81× the fp32 head; on an AVX2-only CPU its bf16 matmul was 4.3× slower
-    than fp32 (0.26× encode), and on an H200 it was 0.95-0.96× (fp32 tensor-core GEMMs are already fast there)."""
+    Measured (docs/benchmarks.md, "On a CPU with native bf16"): on a 2-core AVX512-BF16 CPU the screen encoded a
+    trained splade-tiny at 2.77× and trained it at 1.81× the fp32 head (BERT-base: 1.09× at trained sparsity, 0.95-0.97×
+    with every term active); on an AVX2-only CPU its bf16 matmul was 4.3× slower than fp32 (0.26× encode), and on an
+    H200 the screened encode was 0.95-0.96× the fp32 one."""
     if device.type != "cpu":
         return False
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch's own; its public API has no bf16 probe
