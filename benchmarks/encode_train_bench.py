@@ -80,7 +80,7 @@ def load_ours(model: Path, pooling: str, max_length: int):
 
 
 def config_error(config: str) -> str | None:
-    """Why ``config`` is not an --encode-configs entry, or None."""
+    """Why ``config`` is not an --encode-configs / --train-configs entry, or None."""
     from spladekit.model.encoder import POOLINGS
 
     base, _, option = config.partition("+")

@@ -122,8 +122,8 @@ HEADS = {"triton": "triton", "adaptive": "fused-adaptive", "bf16screen": "fused-
 def spladekit_layout(value: str) -> Layout:
     """A ``--length-groups`` value: ``N`` or ``packed``, then any of ``+checkpointing`` (every layer),
     ``+checkpointingN``, ``+compile``, ``+triton`` (the Triton head), ``+adaptive`` (pooling fused-adaptive) and
-    ``+bf16screen`` (pooling fused-bf16);
-    anything else exits with one line."""
+    ``+bf16screen`` (pooling fused-bf16); anything else exits with one line. The head is ``fused`` otherwise (the fp32
+    baseline, not the library's default ``auto``)."""
     layout, *extras = value.split("+")
     fields: dict = {"packing": True} if layout == "packed" else {}
     if not fields and not (layout.isdigit() and int(layout) >= 1):

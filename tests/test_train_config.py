@@ -277,3 +277,15 @@ def test_the_pooling_key_offers_every_head_the_encoder_has():
 
     offered = typing.get_args(typing.get_type_hints(OptimizationConfig)["pooling"])
     assert set(offered) == set(POOLINGS)
+
+
+def test_every_entry_point_defaults_to_the_encoder_s_pooling():
+    """The config and the CLI (which do not import torch to start fast) spell the default: it must be the encoder's."""
+    import inspect
+
+    from spladekit.cli.core import encode
+    from spladekit.model.encoder import DEFAULT_POOLING
+    from spladekit.train.config import OptimizationConfig
+
+    assert OptimizationConfig().pooling == DEFAULT_POOLING
+    assert inspect.signature(encode).parameters["pooling"].default.default == DEFAULT_POOLING

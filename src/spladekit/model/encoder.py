@@ -413,8 +413,8 @@ class SparseEncoder(nn.Module):
         """Compile the backbone's forward in place with ``torch.compile`` (``nn.Module.compile``: the weights, their
         names and what ``save`` writes are unchanged), with dynamic shapes, so that one graph serves every batch
         shape; grad mode (training / encoding) and packed inputs (position ids) each add one graph. The head stays
-        eager. The first call of each graph compiles (about a minute for BERT-base on 2 CPU cores); the vectors equal
-        the eager ones up to float rounding (tests/test_encoder.py).
+        eager. The first call of each graph compiles (measured for the frozen encode graph of BERT-base: about 20 s on 2
+        CPU cores, docs/benchmarks.md); the vectors equal the eager ones up to float rounding (tests/test_encoder.py).
 
         ``frozen=True`` is for encoding only (``encode`` / ``evaluate`` ``--compile``): inductor's freezing folds the
         linear layers' weights into the inference graph as constants (on a CPU prepacked for oneDNN), 1.57-1.68× the

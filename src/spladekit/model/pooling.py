@@ -259,7 +259,8 @@ def _logit_products(
     dense_hidden = None  # the dense blocks' G·W, summed
     dense_weight = []  # each dense block's rows of Gᵀ·H
     if blocks:
-        dtype = dense[2]  # type: ignore[index]  # blocks only with dense
+        assert dense is not None  # for mypy: blocks come only with dense
+        dtype = dense[2]
         flat_c, sparse = flat.to(dtype), torch.ones_like(term, dtype=torch.bool)
         for start, stop, pick in blocks:
             sparse[pick] = False

@@ -88,8 +88,8 @@ def check_pooling_on(opt: OptimizationConfig, device: torch.device) -> None:
 def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: torch.device) -> None:
     """What ``optimization`` changes in the backbone before training, checked before any work:
 
-    * ``pooling`` — the head's implementation, refused in one line where it cannot run on ``device``
-      (``triton`` without CUDA or without the triton package);
+    * ``pooling`` — the head's implementation (already checked against ``device`` by :func:`check_pooling_on`,
+      which :func:`spladekit.train.loop.start` runs before it reads the data);
 
     * ``activation_checkpointing: N`` — every N-th layer recomputed in the backward (transformers'
       ``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``, which replays the layer's
@@ -97,7 +97,6 @@ def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: t
       cannot is a :class:`SpladekitError` naming it;
     * ``packing`` on a backbone that cannot pack (:func:`spladekit.model.packing.packable`): one warning, as it
       trains on padded batches."""
-    check_pooling_on(opt, device)
     document_encoder(encoder).pooling = opt.pooling
     if opt.activation_checkpointing:
         try:
