@@ -37,7 +37,7 @@ from spladekit.evaluation.evaluate import evaluate
 from spladekit.export import export_sentence_transformers
 from spladekit.index import build_index
 from spladekit.model.loading import RetrievalModel, load_model
-from spladekit.train import load_config, train
+from spladekit.training import load_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -70,7 +70,7 @@ def main() -> None:
     from spladekit.data.collections import load_collection
     from spladekit.evaluation.evaluate import evaluate
     from spladekit.experiments.stats import paired_test
-    from spladekit.train import load_config, train
+    from spladekit.training import load_config, train
 
     layouts = dict(layout(value) for value in args.groups.split(","))
     dropouts = {"on": [True], "off": [False], "both": [False, True]}[args.dropout]

@@ -40,7 +40,7 @@ def passages(count: int, words: int) -> list[str]:
 
 def measure(size: int, queries: int, words: int, depth: int) -> dict:
     from spladekit.evaluation.bm25 import bm25_ranker
-    from spladekit.train.mining import QUERY_BATCH, load_training_collection, training_queries
+    from spladekit.training.mining import QUERY_BATCH, load_training_collection, training_queries
 
     collection = load_training_collection(SCIFACT, "train")
     texts = [query.text for query in training_queries(collection, "train", False)[0]]

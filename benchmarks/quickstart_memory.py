@@ -36,9 +36,9 @@ def run_stage(stage: str, steps: int) -> dict:
     from spladekit.experiments.quickstart import training_overrides
     from spladekit.model.diagnosis import diagnose
     from spladekit.model.encoder import SparseEncoder
-    from spladekit.train import load_config
-    from spladekit.train.setup import initial_encoder
-    from spladekit.train.step import StepSettings, encode_examples, objective
+    from spladekit.training import load_config
+    from spladekit.training.setup import initial_encoder
+    from spladekit.training.step import StepSettings, encode_examples, objective
 
     if stage in ("load", "diagnose"):
         encoder = SparseEncoder.from_pretrained(BACKBONE)

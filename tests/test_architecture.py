@@ -51,7 +51,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("vectors", ["shards", "artifact", "encoding"]),
     ("index", ["params", "store", "base", "engine", "exact", "seismic", "bmp", "pisa", "anserini", "qdrant", "milvus"]),
     ("evaluation", ["run", "result", "bm25", "evaluate", "fidelity", "tuning", "cost", "baselines", "explain"]),
-    ("train", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
+    ("training", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
     ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),
     ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart", "keys"]),

@@ -1,4 +1,4 @@
-"""The GPU path (devices.py, pooling.py, encoder.py, train/loop.py on CUDA): encoding and a training run on
+"""The GPU path (devices.py, pooling.py, encoder.py, training/loop.py on CUDA): encoding and a training run on
 a GPU give what the CPU gives. Skipped, with the reason, where CUDA is not available."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from spladekit import SparseEncoder
 from spladekit.model.pooling import screen_is_sound, splade_max_pool_fused
-from spladekit.train import train
+from spladekit.training import train
 from tiny_models import SAMPLE_TEXTS as TEXTS
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 

@@ -109,7 +109,7 @@ def test_sweep_then_report_end_to_end(tmp_path, monkeypatch, cli):
 
 def test_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     import spladekit.experiments.sweep as sweep_module
-    import spladekit.train.loop as loop
+    import spladekit.training.loop as loop
     from spladekit.experiments.sweep import run_cell
 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))

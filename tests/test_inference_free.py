@@ -16,7 +16,7 @@ from spladekit.export import export_sentence_transformers
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.inference_free import QUERY_WEIGHTS_FILE, InferenceFreeEncoder, idf_weights
 from spladekit.model.loading import is_inference_free, load_model
-from spladekit.train import train
+from spladekit.training import train
 from tiny_models import SAMPLE_TEXTS, VOCAB
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
@@ -186,8 +186,8 @@ def test_resume_continues_the_table_exactly(tiny_bert, triplets_file, tmp_path):
 
 
 def test_query_weights_lr_is_its_own_parameter_group(free_model):
-    from spladekit.train.config import OptimizationConfig
-    from spladekit.train.setup import parameter_groups
+    from spladekit.training.config import OptimizationConfig
+    from spladekit.training.setup import parameter_groups
 
     groups = parameter_groups(free_model, OptimizationConfig(weight_decay=0.01), query_weights_lr=0.5)
     assert groups[-1]["params"] == [free_model.query_weights] and groups[-1]["lr"] == 0.5
@@ -281,7 +281,7 @@ def test_mining_with_an_inference_free_model_ranks_with_its_query_table(free_mod
     """Today `mine --model` loaded the folder as a plain SPLADE model and encoded queries at the document limit."""
     from spladekit.data.collections import load_collection
     from spladekit.index import ExactSearcher
-    from spladekit.train.mining import MiningSettings, model_ranker
+    from spladekit.training.mining import MiningSettings, model_ranker
 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     folder = free_model.save(tmp_path / "free")

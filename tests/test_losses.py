@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from spladekit.train.losses import LOSSES, in_batch_nll, kl_distillation, margin_mse
+from spladekit.training.losses import LOSSES, in_batch_nll, kl_distillation, margin_mse
 
 
 def batch(b=3, k=2, v=7, seed=0):

@@ -21,9 +21,9 @@ from spladekit.experiments.inflate import inflate
 from spladekit.model.backbone import MLMHead
 from spladekit.model.head import divide_head, rescale
 from spladekit.model.rescaling import RescaleRecord, step_factors
-from spladekit.train import train
-from spladekit.train.config import OptimizationConfig, load_config
-from spladekit.train.setup import parameter_groups
+from spladekit.training import train
+from spladekit.training.config import OptimizationConfig, load_config
+from spladekit.training.setup import parameter_groups
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
 K = 8.0

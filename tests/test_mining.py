@@ -13,7 +13,7 @@ import pytest
 from collection_files import write_beir
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.data.training import DataConfig, load_training_set
-from spladekit.train.mining import (
+from spladekit.training.mining import (
     CORPUS_FILE,
     HARD_NEGATIVES_FILE,
     QUERIES_FILE,

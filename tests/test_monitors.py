@@ -8,7 +8,7 @@ import re
 import pytest
 
 from spladekit.common.errors import InputError
-from spladekit.train.monitors import MetricsLog, read_metrics
+from spladekit.training.monitors import MetricsLog, read_metrics
 
 RECORDS = [{"step": step, "loss": 1.0 / step} for step in (1, 2, 3)]
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spladekit.train.regularizers import flops, l1, lambda_at
+from spladekit.training.regularizers import flops, l1, lambda_at
 
 
 def test_flops_by_hand():
@@ -22,7 +22,7 @@ def test_l1_by_hand():
 
 
 def test_flops_of_a_batch_is_not_the_mean_of_micro_batch_flops():
-    """Why gradient accumulation needs the whole batch (train/loop.py): FLOPS is a square of a mean."""
+    """Why gradient accumulation needs the whole batch (training/loop.py): FLOPS is a square of a mean."""
     x = torch.tensor([[4.0, 0.0], [0.0, 4.0]])
     micro = (float(flops(x[:1])) + float(flops(x[1:]))) / 2
     assert float(flops(x)) == pytest.approx(8.0) and micro == pytest.approx(16.0)

@@ -17,7 +17,7 @@ from spladekit.common.errors import InputError
 from spladekit.common.schema import MAX_SEED, all_keys, build_dataclass, check_declared, declarations, declared
 from spladekit.experiments.sweep import BackboneSpec, SweepConfig, SweepEvaluation
 from spladekit.index import BACKENDS
-from spladekit.train.config import TrainConfig
+from spladekit.training.config import TrainConfig
 
 
 @dataclass

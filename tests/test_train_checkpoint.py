@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spladekit.common.errors import InputError
-from spladekit.train.checkpoint import load_training_state, rng_state
+from spladekit.training.checkpoint import load_training_state, rng_state
 
 
 def optimizer_and_scheduler():

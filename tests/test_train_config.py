@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from spladekit.common.errors import InputError
-from spladekit.train.config import TrainConfig, load_config, save_config
+from spladekit.training.config import TrainConfig, load_config, save_config
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "configs" / "train-example.yaml"
@@ -146,13 +146,13 @@ def test_values_outside_their_declared_range_are_refused_with_key_value_and_allo
 
 
 def test_every_default_is_within_its_declared_range():
-    from spladekit.train.config import check_declared
+    from spladekit.training.config import check_declared
 
     check_declared(TrainConfig())
 
 
 def test_a_config_built_in_python_is_checked_by_validate():
-    from spladekit.train.config import config_from_dict, validate
+    from spladekit.training.config import config_from_dict, validate
 
     config = config_from_dict(MINIMAL)
     config.optimization.lr = float("nan")
@@ -273,7 +273,7 @@ def test_the_pooling_key_offers_every_head_the_encoder_has():
     import typing
 
     from spladekit.model.encoder import POOLINGS
-    from spladekit.train.config import OptimizationConfig
+    from spladekit.training.config import OptimizationConfig
 
     offered = typing.get_args(typing.get_type_hints(OptimizationConfig)["pooling"])
     assert set(offered) == set(POOLINGS)
@@ -285,7 +285,7 @@ def test_every_entry_point_defaults_to_the_encoder_s_pooling():
 
     from spladekit.cli.core import encode
     from spladekit.model.encoder import DEFAULT_POOLING
-    from spladekit.train.config import OptimizationConfig
+    from spladekit.training.config import OptimizationConfig
 
     assert OptimizationConfig().pooling == DEFAULT_POOLING
     assert inspect.signature(encode).parameters["pooling"].default.default == DEFAULT_POOLING

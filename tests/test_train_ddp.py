@@ -11,8 +11,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from spladekit.train import train
-from spladekit.train.monitors import read_metrics
+from spladekit.training import train
+from spladekit.training.monitors import read_metrics
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
 tiny_bert_fixture, triplets_fixture = TINY_BERT, TRIPLETS

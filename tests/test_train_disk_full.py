@@ -14,8 +14,8 @@ import uuid
 import pytest
 import torch
 
-from spladekit.train import TrainingStopped, train
-from spladekit.train.checkpoint import checkpoints
+from spladekit.training import TrainingStopped, train
+from spladekit.training.checkpoint import checkpoints
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config
 
 tiny_bert, triplets_file = TINY_BERT, TRIPLETS
@@ -115,7 +115,7 @@ def test_a_real_full_disk_during_encoding(tiny_model_dirs, tmp_path, cli):
 
 
 def test_out_of_memory_during_training_is_one_line_and_resume_finishes(tiny_bert, triplets_file, tmp_path, monkeypatch):
-    import spladekit.train.loop as loop
+    import spladekit.training.loop as loop
 
     config = _config(tiny_bert, triplets_file)
     real = loop.forward_backward

@@ -25,12 +25,12 @@ from spladekit.common.errors import SpladekitError
 from spladekit.data.training import load_training_set
 from spladekit.model.backbone import MLMHead
 from spladekit.model.diagnosis import HeadReport, diagnose, step0_warnings
-from spladekit.train import TrainingStopped, loop, train
-from spladekit.train.checkpoint import checkpoints
-from spladekit.train.config import OptimizationConfig
-from spladekit.train.monitors import CollapseDetector, read_metrics
-from spladekit.train.setup import parameter_groups
-from spladekit.train.step import StepSettings, collapse_signals, encode_examples, forward_backward, objective
+from spladekit.training import TrainingStopped, loop, train
+from spladekit.training.checkpoint import checkpoints
+from spladekit.training.config import OptimizationConfig
+from spladekit.training.monitors import CollapseDetector, read_metrics
+from spladekit.training.setup import parameter_groups
+from spladekit.training.step import StepSettings, collapse_signals, encode_examples, forward_backward, objective
 from tiny_models import build_tiny_model
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config, write_triplets
 
@@ -510,7 +510,7 @@ def test_cli_an_overflowing_update_exits_2_in_one_line(tiny_bert, triplets_file,
 
 
 def test_a_checkpoint_with_non_finite_weights_or_state_is_refused(tiny_bert, tmp_path):
-    from spladekit.train.checkpoint import save_checkpoint
+    from spladekit.training.checkpoint import save_checkpoint
 
     encoder = SparseEncoder.from_pretrained(tiny_bert)
     parameter = next(encoder.parameters())

@@ -11,9 +11,9 @@ import pytest
 from conftest import shared_path
 from spladekit import SparseEncoder
 from spladekit.data.training import DataConfig, load_training_set
-from spladekit.train import train
-from spladekit.train.config import config_from_dict
-from spladekit.train.monitors import read_metrics
+from spladekit.training import train
+from spladekit.training.config import config_from_dict
+from spladekit.training.monitors import read_metrics
 
 pytestmark = pytest.mark.realdata
 
@@ -71,7 +71,7 @@ def test_fine_tune_splade_tiny_on_scifact(tmp_path):
 def test_over_rescaled_splade_tiny_stops_on_a_uniform_collapse_within_60_steps(tmp_path, caplog, k, collapses):
     """The recipe of configs/train-example.yaml (batch 8, 1 negative, lr 5e-5, λ 1e-3): at k = 16 tied the
     loss sits at ln 9 and the run stops at step 50 naming the uniform collapse; at k = 1 nothing is said."""
-    from spladekit.train import TrainingStopped, load_config
+    from spladekit.training import TrainingStopped, load_config
 
     config = load_config(
         Path(__file__).resolve().parents[1] / "configs" / "train-example.yaml",

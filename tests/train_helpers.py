@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spladekit.train.config import config_from_dict
+from spladekit.training.config import config_from_dict
 from tiny_models import WORDS, build_tiny_model
 
 TOPICS = [WORDS[start : start + 6] for start in range(5, 89, 6)]  # 14 disjoint six-word topics

@@ -6,7 +6,7 @@
 import json
 import sys
 
-from spladekit.train.monitors import CollapseDetector
+from spladekit.training.monitors import CollapseDetector
 
 VOCAB_SIZE = 30522  # splade-tiny-msmarco (BERT vocabulary)
 

@@ -18,7 +18,7 @@ def reference(kind: str) -> dict[str, list[Declaration]]:
     from spladekit.common.schema import declarations
 
     if kind == "train":
-        from spladekit.train.config import TrainConfig
+        from spladekit.training.config import TrainConfig
 
         return {"training config (`spladekit train CONFIG`, `--set KEY=VALUE`)": list(declarations(TrainConfig))}
     if kind == "sweep":

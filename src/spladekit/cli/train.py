@@ -58,8 +58,8 @@ def train(
 
     Several processes: torchrun --nproc_per_node N -m spladekit train …"""
     from spladekit.common.errors import SpladekitError
-    from spladekit.train import load_config
-    from spladekit.train import train as run_training
+    from spladekit.training import load_config
+    from spladekit.training import train as run_training
 
     if resume and overwrite:
         raise SpladekitError("--resume and --overwrite exclude each other")
@@ -132,7 +132,7 @@ def mine(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Mine training triplets / hard negatives (BM25 or a SPLADE model) from a collection's train split."""
-    from spladekit.train.mining import MiningSettings, mine_training_data, parse_rank_range
+    from spladekit.training.mining import MiningSettings, mine_training_data, parse_rank_range
 
     settings = MiningSettings(
         negatives=negatives,

@@ -1,7 +1,7 @@
 """Baselines every experiment table needs next to its trained models.
 
 * **BM25** — the lexical reference: ``bm25s`` (Lucene's BM25; k1 = 0.9, b = 0.4, Anserini's defaults; lowercase
-  ``\\w+`` tokens, no stemming, no stopwords), the same ranker :mod:`spladekit.train.mining` draws negatives from,
+  ``\\w+`` tokens, no stemming, no stopwords), the same ranker :mod:`spladekit.training.mining` draws negatives from,
   scored with the same measures, self-hit rule and per-query values as a model
   (:func:`spladekit.evaluation.evaluate.score_hits`).
 * **The untouched backbone** — the model before any training, evaluated as it is

@@ -18,7 +18,7 @@ first use. Output folder:
 
 * ``diagnose.json``  the untouched backbone's head report (norms, tying, recommended k);
 * ``triplets-train.tsv`` only when no triplets were given or found in the data folder: BM25 triplets
-                     mined from its train split (``spladekit.train.mining.find_or_mine``);
+                     mined from its train split (``spladekit.training.mining.find_or_mine``);
 * ``train/``         the training run (``model/``, ``metrics.jsonl``, ``config.yaml`` with the resolved k,
                      ``plots/``, ``checkpoints/``), the model card listing recipe and evaluation;
 * ``summary.json``   both evaluations (backbone as is vs. trained) and the settings;
@@ -56,10 +56,10 @@ from spladekit.model.diagnosis import AUTO_K_TOLERANCE, REFERENCE_PAIR_SCORE, He
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.loading import load_model
 from spladekit.model.rescaling import RescaleRecord, resolve_rescale
-from spladekit.train import TrainConfig, load_config, train
-from spladekit.train.loop import recipe
-from spladekit.train.mining import find_or_mine
-from spladekit.train.setup import resolved_config
+from spladekit.training import TrainConfig, load_config, train
+from spladekit.training.loop import recipe
+from spladekit.training.mining import find_or_mine
+from spladekit.training.setup import resolved_config
 
 logger = logging.getLogger("spladekit")
 

@@ -30,7 +30,7 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
 from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
 from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
-from spladekit.train.monitors import read_metrics
+from spladekit.training.monitors import read_metrics
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

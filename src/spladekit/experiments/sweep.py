@@ -49,9 +49,9 @@ from spladekit.model.backbone import MLMHead, check_model_folder, remote_code_hi
 from spladekit.model.diagnosis import diagnose
 from spladekit.model.encoder import SparseEncoder
 from spladekit.model.loading import load_model
-from spladekit.train.checkpoint import checkpoints
-from spladekit.train.config import apply_override, config_from_dict, read_yaml
-from spladekit.train.loop import train
+from spladekit.training.checkpoint import checkpoints
+from spladekit.training.config import apply_override, config_from_dict, read_yaml
+from spladekit.training.loop import train
 from spladekit.vectors.encoding import ShardSelection
 
 log = logging.getLogger("spladekit")

@@ -144,7 +144,7 @@ def check_rescale_record(record: object, config_file: Path) -> None:
 def non_finite_weights(module: nn.Module) -> list[str]:
     """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
 
-    Cheap enough to run after every training step (see ``train/loop.py``): one fused max-|w| pass per
+    Cheap enough to run after every training step (see ``training/loop.py``): one fused max-|w| pass per
     (device, dtype) group (``torch._foreach_norm`` with ord=inf, which propagates NaN, as
     ``clip_grad_norm_`` uses) and one host synchronisation per group, usually one."""
     named = [(name, p) for name, p in module.named_parameters() if p.is_floating_point() and p.numel()]

@@ -60,11 +60,11 @@ from spladekit.model.head import embedding_norms, head_norms
 from spladekit.model.inference_free import InferenceFreeEncoder, document_encoder
 from spladekit.model.loading import RetrievalModel, load_model
 from spladekit.model.rescaling import RescaleRecord
-from spladekit.train.checkpoint import checkpoints, load_training_state, save_checkpoint
-from spladekit.train.config import RegularizerConfig, TrainConfig, load_config, validate
-from spladekit.train.monitors import EVALUATION_FILE, CollapseDetector, MetricsLog, read_metrics, write_plots
-from spladekit.train.regularizers import lambda_at
-from spladekit.train.setup import (
+from spladekit.training.checkpoint import checkpoints, load_training_state, save_checkpoint
+from spladekit.training.config import RegularizerConfig, TrainConfig, load_config, validate
+from spladekit.training.monitors import EVALUATION_FILE, CollapseDetector, MetricsLog, read_metrics, write_plots
+from spladekit.training.regularizers import lambda_at
+from spladekit.training.setup import (
     CONFIG_FILE,
     check_pooling_on,
     initial_encoder,
@@ -79,7 +79,7 @@ from spladekit.train.setup import (
     write_initial_head,
     write_run_config,
 )
-from spladekit.train.step import StepResult, StepSettings, forward_backward, split_batch, teacher_scores
+from spladekit.training.step import StepResult, StepSettings, forward_backward, split_batch, teacher_scores
 
 logger = logging.getLogger("spladekit")
 

@@ -1,5 +1,5 @@
 """One optimizer step's gradients: encode the batch, the full-batch objective, backward (GradCache when the
-batch is split into micro-batches). See :mod:`spladekit.train.loop` for the objective and why the batch is
+batch is split into micro-batches). See :mod:`spladekit.training.loop` for the objective and why the batch is
 always the effective batch.
 
 The step reads only :class:`StepSettings`, a small frozen view of the config, never the whole ``TrainConfig``.
@@ -19,10 +19,10 @@ from spladekit.common.devices import autocast
 from spladekit.data.training import Example
 from spladekit.model.inference_free import InferenceFreeEncoder
 from spladekit.model.loading import RetrievalModel
-from spladekit.train.checkpoint import rng_state, set_rng_state
-from spladekit.train.config import TrainConfig
-from spladekit.train.losses import LOSSES
-from spladekit.train.regularizers import REGULARIZERS, flops
+from spladekit.training.checkpoint import rng_state, set_rng_state
+from spladekit.training.config import TrainConfig
+from spladekit.training.losses import LOSSES
+from spladekit.training.regularizers import REGULARIZERS, flops
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def forward_backward(
     settings: StepSettings,
     processes: distributed.Processes,
 ) -> StepResult:
-    """Gradients of the full-batch objective (see :mod:`spladekit.train.loop`)."""
+    """Gradients of the full-batch objective (see :mod:`spladekit.training.loop`)."""
     device = processes.device
 
     def full_batch_loss(encoded: Sequence[Encoded]) -> tuple[torch.Tensor, dict[str, float]]:

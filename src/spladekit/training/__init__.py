@@ -2,7 +2,7 @@
 hard negatives for it (``mining``).
 May import: ``common``, ``data``, ``model``, ``vectors``, ``index``, ``evaluation``."""
 
-from spladekit.train.config import TrainConfig, load_config
-from spladekit.train.loop import TrainingStopped, train
+from spladekit.training.config import TrainConfig, load_config
+from spladekit.training.loop import TrainingStopped, train
 
 __all__ = ["TrainConfig", "TrainingStopped", "load_config", "train"]

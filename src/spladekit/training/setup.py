@@ -25,8 +25,8 @@ from spladekit.model.inference_free import InferenceFreeEncoder, document_encode
 from spladekit.model.loading import RetrievalModel
 from spladekit.model.packing import packable
 from spladekit.model.rescaling import RescaleRecord, apply_rescale, resolve_rescale, step_factors
-from spladekit.train.checkpoint import checkpoints
-from spladekit.train.config import OptimizationConfig, TrainConfig, load_config, save_config
+from spladekit.training.checkpoint import checkpoints
+from spladekit.training.config import OptimizationConfig, TrainConfig, load_config, save_config
 
 logger = logging.getLogger("spladekit")
 
@@ -78,7 +78,7 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
 
 def check_pooling_on(opt: OptimizationConfig, device: torch.device) -> None:
     """``optimization.pooling`` refused in one line where it cannot run on ``device`` (``triton`` without CUDA or the
-    triton package); :func:`spladekit.train.loop.start` asks before it reads the data."""
+    triton package); :func:`spladekit.training.loop.start` asks before it reads the data."""
     try:
         check_pooling(opt.pooling, device)
     except SpladekitError as error:
@@ -89,7 +89,7 @@ def prepare_backbone(encoder: RetrievalModel, opt: OptimizationConfig, device: t
     """What ``optimization`` changes in the backbone before training, checked before any work:
 
     * ``pooling`` — the head's implementation (already checked against ``device`` by :func:`check_pooling_on`,
-      which :func:`spladekit.train.loop.start` runs before it reads the data);
+      which :func:`spladekit.training.loop.start` runs before it reads the data);
 
     * ``activation_checkpointing: N`` — every N-th layer recomputed in the backward (transformers'
       ``activation_checkpointing_enable``, non-reentrant ``torch.utils.checkpoint``, which replays the layer's

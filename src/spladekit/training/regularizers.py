@@ -14,7 +14,7 @@ def flops(x: torch.Tensor) -> torch.Tensor:
 
     A smooth relaxation of the expected number of floating-point operations of a sparse dot product
     (Paria et al., "Minimizing FLOPs to Learn Efficient Sparse Representations", ICLR 2020,
-    arXiv:2004.05665). The mean is over the batch, so it must see the whole batch: see train/loop.py.
+    arXiv:2004.05665). The mean is over the batch, so it must see the whole batch: see training/loop.py.
     """
     return x.abs().mean(dim=0).pow(2).sum()
 
