@@ -14,7 +14,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spladekit"
 # modules listed before it (docs/architecture.md draws the same picture). A package's ``__init__`` sits
 # above its own modules (it re-exports them); the ``spladekit`` package itself is the top.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("common", ["errors", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"]),
+    (
+        "common",
+        ["errors", "checksums", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"],
+    ),
     (
         "data",
         [

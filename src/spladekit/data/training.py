@@ -21,7 +21,9 @@ The data is read once into a store of memory-mapped Arrow tables and arrays
 holds one copy for all ranks, and a process's own memory does not grow with the collection. KEY covers the
 settings that change the groups and each input file's identity (absolute path, size, modification time — how
 ``datasets`` keys local files); a remote dataset (``hf`` hub name, ``ir_datasets`` id) is keyed by its name.
-The first process builds the store under a lock; the others wait for it.
+The first process builds the store under a lock; the others wait for it. Every open checks the store first
+(:func:`~spladekit.data.training_store.open_store`: sizes, structure, checksums): an entry that fails is rebuilt
+with one warning naming the folder and what is wrong, never used.
 
 Sampling is a pure function of (seed, example index): example i of the run is group
 ``perm_e[i mod N]`` with ``e = i // N`` and ``perm_e`` a seeded permutation, and its K negatives are a
@@ -50,7 +52,7 @@ from spladekit.common.schema import MIN_TOKEN_LIMIT, declared
 from spladekit.common.sources import Library, cache_root, fetching, is_local
 from spladekit.data.jsonl import checked_record
 from spladekit.data.teacher import READERS
-from spladekit.data.training_store import STORE_VERSION, Source, Store, build_store, open_store
+from spladekit.data.training_store import STORE_VERSION, DamagedStore, Source, Store, build_store, open_store
 from spladekit.data.triplets import iter_triplets
 
 logger = logging.getLogger(__name__)
@@ -334,15 +336,29 @@ def store_key(data: DataConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _complete(folder: Path) -> Store | None:
-    """The store in ``folder`` if it is complete and opens; a damaged entry (derived data) is rebuilt."""
-    if not (folder / "manifest.json").is_file():
-        return None
-    try:
-        return open_store(folder)
-    except (OSError, ValueError, KeyError) as error:
-        logger.warning("rebuilding a damaged training-data cache entry %s: %s", folder, error)
-        return None
+class _Entry:
+    """The cache entry of a store, as :func:`build_once` asks whether it is complete: a sound store is opened once
+    and kept; a damaged one is reported once (one warning) and rebuilt. The same damaged folder, asked about again
+    under the lock or while another process rebuilds it, is neither checked nor reported again."""
+
+    def __init__(self) -> None:
+        self.store: Store | None = None
+        self.damaged: tuple[int, int] | None = None  # (device, inode) of the damaged folder
+
+    def complete(self, folder: Path) -> bool:
+        try:
+            stat = folder.stat()
+        except FileNotFoundError:
+            return False  # not built yet
+        if (stat.st_dev, stat.st_ino) == self.damaged:
+            return False
+        try:
+            self.store = open_store(folder)
+        except DamagedStore as error:
+            self.damaged = (stat.st_dev, stat.st_ino)
+            logger.warning("rebuilding a damaged training-data cache entry %s: %s", folder, error)
+            return False
+        return True
 
 
 def _source(data: DataConfig) -> Source:
@@ -360,10 +376,12 @@ def build_training_store(data: DataConfig) -> Store:
         library = REMOTE_FORMATS.get(data.format)
         with fetching(data.path, library, "a local file (data.path)") if library else contextlib.nullcontext():
             manifest = build_store(_source(data), staging)
-        logger.info("training data stored in %s (%s)", folder, manifest)
+        counts = {key: value for key, value in manifest.items() if key not in ("files", "checksum")}
+        logger.info("training data stored in %s (%s)", folder, counts)
 
-    build_once(folder, lambda target: _complete(target) is not None, build, "the training data")
-    return cast(Store, _complete(folder))
+    entry = _Entry()
+    build_once(folder, entry.complete, build, "the training data")
+    return cast(Store, entry.store)
 
 
 def load_training_set(data: DataConfig) -> TrainingSet:

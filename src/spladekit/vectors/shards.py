@@ -27,13 +27,13 @@ at the same moment write identical bytes (replaced atomically).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 from spladekit.common.atomic import atomic_file, open_output
+from spladekit.common.checksums import sha256_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
 
@@ -66,14 +66,6 @@ def shard_folder(folder: str | Path, index: int) -> Path:
 def is_sharded(folder: str | Path) -> bool:
     """Whether ``folder`` uses this layout (complete or not)."""
     return (Path(folder) / MANIFEST).is_file() or (Path(folder) / SHARDS).is_dir()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def plan_differences(first: dict, second: dict) -> list[str]:
