@@ -200,10 +200,14 @@ def test_freeze_query_weights_needs_an_inference_free_model(tiny_bert, triplets_
 
 
 # ------------------------------------------------------------------------------------------ Router format
-st = pytest.importorskip("sentence_transformers.sparse_encoder")
+@pytest.fixture
+def st():
+    """sentence-transformers' sparse encoder (the ``interop`` extra): only the tests that read or write its format
+    skip without it (a module-level skip also hid the explain and mining tests below)."""
+    return pytest.importorskip("sentence_transformers.sparse_encoder")
 
 
-def test_router_round_trip_gives_identical_vectors_and_rankings(free_model, tmp_path):
+def test_router_round_trip_gives_identical_vectors_and_rankings(free_model, tmp_path, st):
     folder = export_sentence_transformers(free_model, tmp_path / "router")
     router = json.loads((folder / "router_config.json").read_text())
     assert router["structure"]["query"] == ["query_0_SparseStaticEmbedding"]
@@ -224,7 +228,7 @@ def test_router_round_trip_gives_identical_vectors_and_rankings(free_model, tmp_
     )
 
 
-def test_router_with_other_routes_is_refused(free_model, tmp_path):
+def test_router_with_other_routes_is_refused(free_model, tmp_path, st):
     folder = export_sentence_transformers(free_model, tmp_path / "router")
     config_file = folder / "router_config.json"
     config = json.loads(config_file.read_text())
@@ -235,7 +239,7 @@ def test_router_with_other_routes_is_refused(free_model, tmp_path):
     assert error.value.path == str(config_file)
 
 
-def test_router_with_another_query_tokenizer_is_refused(free_model, tmp_path):
+def test_router_with_another_query_tokenizer_is_refused(free_model, tmp_path, st):
     folder = export_sentence_transformers(free_model, tmp_path / "router")
     tokenizer_config = folder / "query_0_SparseStaticEmbedding" / "tokenizer_config.json"
     values = json.loads(tokenizer_config.read_text())
@@ -246,7 +250,7 @@ def test_router_with_another_query_tokenizer_is_refused(free_model, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ CLI
-def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model, tmp_path):
+def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model, tmp_path, st):
     folder = free_model.save(tmp_path / "free")
     data = write_beir(tmp_path / "beir")
     result = cli("evaluate", folder, "--data", data, "--no-cache", "--json")
