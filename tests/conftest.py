@@ -124,3 +124,24 @@ def cli(capsys, monkeypatch):
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+@pytest.fixture
+def refuse_model_loading(monkeypatch):
+    """``spladekit.model.loading.load_model`` raising "loaded the model before the refusal", for tests that a
+    command refuses before any work. Every spladekit module is imported first: a module first imported while the
+    stub is in place (``from … import load_model`` at its top) would keep the stub for the rest of the session."""
+    import importlib
+    import pkgutil
+
+    import spladekit
+    import spladekit.model.loading
+
+    for module in pkgutil.walk_packages(spladekit.__path__, "spladekit."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("loaded the model before the refusal")
+
+    monkeypatch.setattr(spladekit.model.loading, "load_model", refuse)

@@ -16,7 +16,19 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "spladekit"
 LAYERS: list[tuple[str, list[str]]] = [
     (
         "common",
-        ["errors", "checksums", "version", "lines", "sources", "schema", "devices", "atomic", "distributed", "sparse"],
+        [
+            "errors",
+            "checksums",
+            "version",
+            "lines",
+            "sources",
+            "schema",
+            "devices",
+            "atomic",
+            "scratch",
+            "distributed",
+            "sparse",
+        ],
     ),
     (
         "data",

@@ -12,10 +12,13 @@ import textwrap
 import pytest
 
 from spladekit.common.atomic import (
+    OUTPUT_MARK,
     OutputBusy,
     atomic_directory,
     atomic_file,
+    check_new_output,
     final_path,
+    mark_output,
     open_in_place,
     open_output,
 )
@@ -102,19 +105,68 @@ def test_parents_created_for_an_output_are_removed_when_it_is_discarded(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+# ------------------------------------------------------------------------------------------ only its own folders
+def test_overwrite_replaces_only_a_folder_spladekit_wrote(tmp_path):
+    """--overwrite on the user's own folder (a typo, ``--output ~/Documents``) deletes nothing: refused before the
+    work, one line; a folder spladekit committed carries its mark and is replaced."""
+    theirs = tmp_path / "Documents"
+    theirs.mkdir()
+    (theirs / "thesis.tex").write_text("years of work")
+    with pytest.raises(SpladekitError, match="not a folder spladekit wrote") as refused:
+        open_output(theirs, folder=True, overwrite=True)
+    assert "\n" not in str(refused.value) and "--overwrite" in str(refused.value)
+    with pytest.raises(SpladekitError, match="not a folder spladekit wrote"):
+        check_new_output(theirs, overwrite=True, folder=True)
+    assert [p.name for p in theirs.iterdir()] == ["thesis.tex"] and hidden(tmp_path) == []
+    with atomic_directory(tmp_path / "index") as staging:
+        (staging / "postings").write_text("v1")
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == [OUTPUT_MARK, "postings"]
+    with atomic_directory(tmp_path / "index", overwrite=True) as staging:
+        (staging / "postings").write_text("v2")
+    assert (tmp_path / "index" / "postings").read_text() == "v2" and hidden(tmp_path) == []
+
+
+def test_a_folder_swapped_for_the_users_own_before_the_commit_is_not_replaced(tmp_path):
+    target = tmp_path / "index"
+    with atomic_directory(target) as staging:
+        (staging / "postings").write_text("v1")
+    with (
+        pytest.raises(SpladekitError, match="created by someone else"),
+        open_output(target, folder=True, overwrite=True) as output,
+    ):
+        (output.staging / "postings").write_text("v2")
+        os.rename(target, tmp_path / "moved")
+        target.mkdir()
+        (target / "theirs").write_text("theirs")
+    assert [p.name for p in target.iterdir()] == ["theirs"] and hidden(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", [".", "..", "./", "../here/.."])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_working_folder_or_one_holding_it_is_never_an_output(tmp_path, monkeypatch, name, overwrite):
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")  # empty: an empty folder would otherwise be taken
+    for folder in (True, False):
+        with pytest.raises(SpladekitError, match="working folder"):
+            open_output(name, folder=folder, overwrite=overwrite)
+    with pytest.raises(SpladekitError, match="working folder"):
+        open_in_place(name).__enter__()
+    assert [p.name for p in tmp_path.iterdir()] == ["here"] and list((tmp_path / "here").iterdir()) == []
+
+
 # ------------------------------------------------------------------------------------------ commit
 def test_overwrite_deletes_nothing_until_the_new_output_is_complete(tmp_path):
     target = tmp_path / "vectors"
-    target.mkdir()
-    (target / "old").write_text("old")
+    with atomic_directory(target) as staging:
+        (staging / "old").write_text("old")
     with pytest.raises(ValueError), open_output(target, folder=True, overwrite=True) as output:
         (output.staging / "new").write_text("half")
         assert (target / "old").read_text() == "old"
         raise ValueError("the work failed")
-    assert [p.name for p in target.iterdir()] == ["old"]
+    assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARK, "old"]
     with open_output(target, folder=True, overwrite=True) as output:
         (output.staging / "new").write_text("new")
-    assert [p.name for p in target.iterdir()] == ["new"] and hidden(tmp_path) == []
+    assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARK, "new"] and hidden(tmp_path) == []
 
 
 def test_commit_refuses_a_target_created_meanwhile(tmp_path):
@@ -187,13 +239,16 @@ def test_a_second_writer_fails_at_once_and_kill_9_blocks_nothing(tmp_path):
     with atomic_directory(target) as staging:
         assert list(staging.iterdir()) == []  # the stale staging was cleared
         (staging / "done").write_text("done")
-    assert [p.name for p in target.iterdir()] == ["done"] and hidden(tmp_path) == []
+    assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARK, "done"] and hidden(tmp_path) == []
 
 
 def test_in_place_output_is_locked_and_put_back_when_the_new_run_fails(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "model").write_text("old")
+    with open_in_place(run) as place, pytest.raises(SpladekitError, match="not a folder spladekit wrote"):
+        place.set_aside()  # the user's folder: never moved aside to be deleted
+    mark_output(run)  # as a run spladekit started marks its folder
     with pytest.raises(RuntimeError), open_in_place(run) as place:
         with pytest.raises(OutputBusy):
             open_output(run, folder=True, overwrite=True)

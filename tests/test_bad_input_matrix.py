@@ -88,6 +88,12 @@ def write(path: Path, text: str | bytes) -> Path:
     return path
 
 
+def users_folder(tmp: Path) -> Path:
+    """A folder of the user's own files (not one spladekit wrote): never written into, never replaced."""
+    write(tmp / "mine" / "thesis.tex", "years of work")
+    return tmp / "mine"
+
+
 def corpus(tmp: Path, lines: list[str] | bytes) -> Path:
     return write(tmp / "bad" / "corpus.jsonl", lines if isinstance(lines, bytes) else "\n".join(lines) + "\n")
 
@@ -110,6 +116,25 @@ def sweep_file(tmp: Path, world: dict, **changes) -> Path:
         "k": [1],
     } | changes
     return write(tmp / "bad" / "sweep.yaml", yaml.safe_dump(sweep))
+
+
+def empty_vectors(tmp: Path, world: dict) -> Path:
+    """A vectors folder holding no vector, in the vocabulary of the world's vectors."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    vocab = Vectors.load(world["vectors"]).vocab_size
+    return Vectors(sp.csr_matrix((0, vocab), dtype=np.float32), []).save(tmp / "bad" / "empty")
+
+
+def exact_index(tmp: Path, world: dict) -> Path:
+    """An exact index of the world's vectors."""
+    from spladekit.index import build_index
+
+    vectors = Vectors.load(world["vectors"])
+    searcher = build_index(vectors.matrix)
+    searcher.doc_ids = vectors.ids
+    return searcher.save(tmp / "bad" / "index")
 
 
 def bad_sweep_folder(tmp: Path, record: str) -> Path:
@@ -411,10 +436,25 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         lambda t, w: ["index", w["vectors"], "--backend", "anserini", "--param", "scale=1e-6", "--output", t / "OUT"],
         "anserini index: 100.0% of the 208 non-zero weights round to 0 at quantization scale 1e-06",
     ),
+    (  # today: the user's folder was replaced by the index, and deleted
+        "index-overwrite-a-folder-spladekit-did-not-write",
+        lambda t, w: ["index", w["vectors"], "--output", users_folder(t), "--overwrite"],
+        "not a folder spladekit wrote",
+    ),
     (
         "index-unknown-backend",
         lambda t, w: ["index", w["vectors"], "--backend", "faiss", "--output", t / "OUT"],
         "unknown backend",
+    ),
+    (  # today: an exact index of no document, exit 0
+        "index-no-documents",
+        lambda t, w: ["index", empty_vectors(t, w), "--output", t / "OUT"],
+        "no document vectors: nothing to index",
+    ),
+    (  # Anserini writes each term impact times into one Java string: past 2^31 characters an IndexCollection failure
+        "index-anserini-document-too-long-for-java",
+        lambda t, w: ["index", w["vectors"], "--backend", "anserini", "--param", "scale=1e8", "--output", t / "OUT"],
+        "the most an anserini index can hold; lower --param scale to ",
     ),
     (
         "index-max-active-dims-negative",
@@ -431,6 +471,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "search-vectors-not-a-folder",
         lambda t, w: ["search", w["vectors"], "--query-vectors", w["triplets"], "--output", t / "OUT.trec"],
         "",
+    ),
+    (  # today: an empty run file, exit 0
+        "search-no-queries",
+        lambda t, w: ["search", exact_index(t, w), "--query-vectors", empty_vectors(t, w), "--output", t / "OUT.trec"],
+        "no query vectors: nothing to search",
     ),
     (  # --device is checked before any work, on every command that runs a model
         "search-unknown-device",
@@ -503,6 +548,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "max_active_dims",
     ),
     # train
+    (  # today: the user's folder was moved aside and deleted when the new run completed
+        "train-overwrite-a-folder-spladekit-did-not-write",
+        lambda t, w: ["train", w["train"], "--output", users_folder(t), "--overwrite"],
+        "not a folder spladekit wrote",
+    ),
     (
         "train-yaml-syntax",
         lambda t, w: ["train", write(t / "bad" / "c.yaml", "backbone: [unclosed\n"), "--output", t / "OUT"],
@@ -625,6 +675,21 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "quantization scale",
     ),
+    (  # today: the shard was written among the user's files, and --recreate deleted the folder whole
+        "export-qdrant-path-holds-other-files",
+        lambda t, w: ["export", w["vectors"], "-f", "qdrant", "--qdrant-path", users_folder(t), "--recreate"],
+        "not a folder spladekit wrote",
+    ),
+    (  # today: the working folder (empty here) became the shard
+        "export-qdrant-path-is-the-working-folder",
+        lambda t, w: ["export", w["vectors"], "-f", "qdrant", "--qdrant-path", "."],
+        "the working folder",
+    ),
+    (  # today: "quantization scale 10000000000.0 gives an impact of 8.95e+09", naming no document
+        "export-ciff-impact-beyond-int32",
+        lambda t, w: ["export", w["vectors"], "-f", "ciff", "-o", t / "OUT.ciff", "--quantization-scale", "1e10"],
+        "over 2,147,483,647, the largest CIFF can hold; lower --quantization-scale",
+    ),
     (  # every weight rounds to 0: today a CIFF with no postings and exit 0
         "export-ciff-scale-rounds-everything-away",
         lambda t, w: ["export", w["vectors"], "-f", "ciff", "--output", t / "OUT.ciff", "--quantization-scale", "1e-6"],
@@ -648,6 +713,26 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "sweep-unknown-device",
         lambda t, w: ["sweep", sweep_file(t, w), "--device", "banana", "--output", t / "OUT"],
         "unknown device 'banana'",
+    ),
+    (  # today: --dry-run passed (exit 0) a shard the run itself refuses
+        "sweep-dry-run-shard-out-of-range",
+        lambda t, w: ["sweep", sweep_file(t, w), "--dry-run", "--shard", "3/2", "--output", t / "OUT"],
+        "--shard must be I/N with integers 0 <= I < N, got '3/2'",
+    ),
+    (
+        "sweep-dry-run-unknown-device",
+        lambda t, w: ["sweep", sweep_file(t, w), "--dry-run", "--device", "banana", "--output", t / "OUT"],
+        "unknown device 'banana'",
+    ),
+    (
+        "sweep-dry-run-devices-with-shard",
+        lambda t, w: ["sweep", sweep_file(t, w), "--dry-run", "--devices", "cpu", "--shard", "0/2", "-o", t / "OUT"],
+        "--devices starts one worker per device",
+    ),
+    (  # today: nothing ran, exit 0, and OUT/plan.json was written
+        "sweep-only-matches-nothing",
+        lambda t, w: ["sweep", sweep_file(t, w), "--only", "b__k4", "--output", t / "OUT"],
+        "--only 'b__k4' matches no run or baseline of the plan (b__k1__none, b__untouched, bm25)",
     ),
     # explain
     (
@@ -877,6 +962,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
             t / "OUT",
         ],
         "no default grid for exact",
+    ),
+    (  # today: recall 1.0000 at every target, and an index built with the "fastest" configuration
+        "tune-index-no-queries",
+        lambda t, w: ["tune-index", w["vectors"], "--query-vectors", empty_vectors(t, w), "-o", t / "OUT"],
+        "no query vectors: recall@k needs queries",
     ),
     (
         "tune-index-queries-not-vectors",

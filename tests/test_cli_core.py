@@ -186,14 +186,14 @@ def test_read_only_output_folder_fails_at_once(tiny_model_dirs, tmp_path, corpus
 
 
 def test_second_encode_into_the_same_output_fails_while_the_first_writes(tiny_model_dirs, tmp_path, corpus, cli):
-    from spladekit.common.atomic import open_output
+    from spladekit.common.atomic import OUTPUT_MARK, open_output
 
     target = tmp_path / "vectors"
     with open_output(target, folder=True) as first:  # the first writer, still encoding
         result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target)
         assert result.returncode == 2 and "is writing this output" in result.stderr
         (first.staging / "mine").write_text("mine")
-    assert [p.name for p in target.iterdir()] == ["mine"]
+    assert sorted(p.name for p in target.iterdir()) == [OUTPUT_MARK, "mine"]  # marked: --overwrite may replace it
     result = cli("encode", tiny_model_dirs["bert"], "--corpus", corpus, "--output", target, "--overwrite")
     assert result.returncode == 0, result.stderr
     assert Vectors.load(target).ids == ["d1", "d2", "d3"] and not (target / "mine").exists()

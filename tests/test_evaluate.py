@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 from collection_files import QRELS, write_beir
 from spladekit import SparseEncoder
+from spladekit.common.atomic import OUTPUT_MARK, mark_output
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.sparse import keep_top_weights
 from spladekit.data import load_collection, reconcile
@@ -321,6 +322,7 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
     (tmp_path / "results.json").write_text("keep")
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "old.trec").write_text("keep")
+    mark_output(tmp_path / "runs")  # as an earlier evaluate wrote it: --overwrite may replace it
     done = cli("evaluate", model_dir, "--data", folder, "--json-out", tmp_path / "results.json")
     assert done.returncode == 2 and "results.json: output already exists" in done.stderr
     done = cli("evaluate", model_dir, "--data", folder, "--run-dir", tmp_path / "runs")
@@ -343,7 +345,7 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
     )
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "results.json").read_text())["queries"] == 4
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["mini.trec"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [OUTPUT_MARK, "mini.trec"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

@@ -579,7 +579,56 @@ def test_report_of_a_partly_run_grid_names_the_missing_runs(tmp_path, monkeypatc
     run_sweep(sweep, tmp_path / "out", only=["bert__"])
     result = build_report(tmp_path / "out")
     assert result["missing_runs"] == ["roberta-x8__k1__none"]
-    assert "Partial grid: 1 planned run(s) not finished:** roberta-x8__k1__none" in Path(result["markdown"]).read_text()
+    markdown = Path(result["markdown"]).read_text()
+    assert "**Partial grid: 1 of the 2 planned runs has no result:**\n\n- roberta-x8__k1__none: not run\n" in markdown
+
+
+@pytest.mark.parametrize("plan_kind", ["baselines listed", "older plan.json"])
+def test_report_lists_every_planned_run_without_a_result_the_baselines_first(tmp_path, plan_kind, cli):
+    """A planned baseline that never ran was not listed at all (only trained runs were compared with the plan),
+    so a report without its BM25 row looked complete."""
+    sweep_dir = tmp_path / "sweep"
+    write_finished_run(sweep_dir)  # bert__k8__tied
+    write_seeded_run(sweep_dir, "bm25", [0.5, 0.25], None, "bm25")
+    started = sweep_dir / "runs" / "bert__k1__none"
+    started.mkdir()
+    record = json.loads((sweep_dir / "runs" / "bert__k8__tied" / "run.json").read_text())
+    (started / "run.json").write_text(json.dumps(record | {"run": "bert__k1__none", "k": 1.0, "status": "training"}))
+    runs = ["bert__k1__none", "bert__k8__tied", "bert__k16__tied"]
+    if plan_kind == "baselines listed":
+        plan_ = {"name": "s", "runs": runs, "baselines": ["bert__untouched", "bm25"]}
+    else:  # written before plan.json listed the baselines: they follow from the sweep it records
+        plan_ = {
+            "name": "s",
+            "runs": runs,
+            "sweep": {"baselines": ["untouched", "bm25"], "backbones": [{"name": "bert"}]},
+        }
+    (sweep_dir / "plan.json").write_text(json.dumps(plan_))
+    report = build_report(sweep_dir)
+    assert report["missing_runs"] == ["bert__untouched", "bert__k1__none", "bert__k16__tied"]
+    assert report["missing_baselines"] == ["bert__untouched"]
+    assert (
+        "**Partial grid: 3 of the 5 planned runs have no result:**\n\n"
+        "- baseline bert__untouched: not run\n"
+        "- bert__k1__none: training, unfinished\n"
+        "- bert__k16__tied: not run\n"
+    ) in (sweep_dir / "results.md").read_text()
+    result = cli("report", sweep_dir, "--json")
+    assert result.returncode == 0 and json.loads(result.stdout)["missing_runs"][0] == "bert__untouched"
+
+
+def test_report_of_a_grid_where_only_a_baseline_finished(tmp_path, cli):
+    """A worker (--shard, --only bm25) may finish a baseline before any trained run: that was "not a sweep folder"."""
+    sweep_dir = tmp_path / "sweep"
+    (sweep_dir / "baselines").mkdir(parents=True)
+    (sweep_dir / "plan.json").write_text(json.dumps({"name": "s", "runs": ["bert__k1__none"], "baselines": ["bm25"]}))
+    result = cli("report", sweep_dir)
+    assert result.returncode == 2 and "no run or baseline of plan.json has started yet" in result.stderr
+    assert sorted(path.name for path in sweep_dir.iterdir()) == ["baselines", "plan.json"]
+    write_seeded_run(sweep_dir, "bm25", [0.5, 0.25], None, "bm25")
+    report = build_report(sweep_dir)
+    assert report["missing_runs"] == ["bert__k1__none"] and report["rows"] == 1
+    assert "| bm25 |" in (sweep_dir / "results.md").read_text()
 
 
 @pytest.mark.slow

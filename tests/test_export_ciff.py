@@ -3,6 +3,8 @@ vectors exactly (term strings → vocabulary ids, docids → rows), whatever the
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spladekit.common.errors import SpladekitError
-from spladekit.common.sparse import quantize
+from spladekit.common.sparse import impact_scale, quantize
 from spladekit.export import ciff
 from spladekit.export.ciff import export_ciff, pieces, postings_field, term_buckets, term_order
 from spladekit.vectors.artifact import Vectors
@@ -162,10 +164,31 @@ def test_bad_weights_are_refused_and_nothing_is_written(tmp_path, value, message
 
 
 @pytest.mark.parametrize("scale", [1e10, 1e40])  # 1e40: the float32 product itself overflows
-def test_a_scale_giving_impacts_beyond_int32_is_refused(tmp_path, scale):
-    folder = save(tmp_path / "vectors", random_vectors(10, seed=2))
-    with pytest.raises(SpladekitError, match="32-bit"):
+def test_a_scale_giving_impacts_beyond_int32_is_refused_naming_the_document(tmp_path, scale):
+    matrix = random_vectors(10, seed=2)
+    # 1e10: the heaviest weight's document; 1e40: every product overflows float32, and the first document is named
+    heaviest = int(np.searchsorted(matrix.indptr, np.argmax(matrix.data), side="right")) - 1 if scale < 1e38 else 0
+    folder = save(tmp_path / "vectors", matrix)
+    with pytest.raises(SpladekitError) as error:
         export_ciff(folder, tmp_path / "out.ciff", tokens=TOKENS, scale=scale, show_progress=False)
+    assert str(error.value).startswith(f"CIFF: document 'doc-{heaviest}' has an impact ")
+    assert "over 2,147,483,647, the largest CIFF can hold; lower --quantization-scale" in str(error.value)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["vectors"]
+
+
+def test_a_doclength_beyond_int32_is_refused_naming_the_document_and_a_scale_that_fits(tmp_path):
+    """Two impacts of 1.5e9 are each a valid int32 tf; their sum, the document's doclength, is not."""
+    matrix = sp.csr_matrix(np.array([[0.5] + [0.0] * 11, [1.5, 1.5] + [0.0] * 10], dtype=np.float32))
+    folder = save(tmp_path / "vectors", matrix)
+    with pytest.raises(SpladekitError) as error:
+        export_ciff(folder, tmp_path / "out.ciff", tokens=TOKENS, scale=1e9, show_progress=False)
+    assert str(error.value) == (
+        "CIFF: document 'doc-1' has a length of 3,000,000,000 at scale 1e+09 (its doclength, the sum of its impacts), "
+        "over 2,147,483,647, the most CIFF can hold; lower --quantization-scale to 7.15e+08 or less"
+    )
+    export_ciff(folder, tmp_path / "out.ciff", tokens=TOKENS, scale=7.15e8, show_progress=False)
+    _, _, documents = read_back(tmp_path / "out.ciff")
+    assert [document.doclength for document in documents] == pytest.approx([357_500_000, 2_145_000_000], rel=1e-7)
 
 
 def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
@@ -179,7 +202,9 @@ def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
     assert result.returncode == 0, result.stderr
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     header, lists, documents = read_back(tmp_path / "out.ciff")
-    assert (as_matrix(lists, documents, tokens) == quantize(matrix, 100).toarray()).all()
+    scale = json.loads(result.stdout)["quantization_scale"]
+    assert scale == impact_scale(float(matrix.data.max())) and f"round(weight x {scale:g})" in header.description
+    assert (as_matrix(lists, documents, tokens) == quantize(matrix, scale).toarray()).all()  # the derived default
     assert str(model) in header.description
     again = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--quantization-scale", "10")
     assert again.returncode == 2 and "already exists" in again.stderr

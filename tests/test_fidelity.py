@@ -87,14 +87,17 @@ def test_report_rows_drift_from_the_float32_search_of_the_same_vectors(encoder, 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     collection = load_collection(write_beir(tmp_path / "mini"))
     report = fidelity(encoder, collection, targets=["impacts", "qdrant-float16"], max_length=64, show_progress=False)
+    impact_rows = [row for row in report.rows if row["target"] == "impacts"]
+    derived = next(row["value"] for row in impact_rows if row["default"])  # spladekit's default: from the documents
+    assert derived not in TARGETS["impacts"].sweep and derived > 500
     assert [(row["target"], row["value"]) for row in report.rows] == [
-        *(("impacts", value) for value in TARGETS["impacts"].sweep),
+        *(("impacts", value) for value in sorted({*TARGETS["impacts"].sweep, derived})),
         ("qdrant-float16", None),
     ]
     for row in report.rows:
         assert row["drift"] == {name: row["metrics"][name] - report.reference[name] for name in report.reference}
         assert 0 <= row["top10_kept"] <= 1 and row["queries"] == 4
-    assert [row["default"] for row in report.rows].count(True) == 1  # scale 100
+    assert [row["default"] for row in report.rows].count(True) == 1  # the derived scale
     with pytest.raises(SpladekitError, match="unknown fidelity target int4; choose from lucene-9bit"):
         fidelity(encoder, collection, targets=["int4"])
 

@@ -49,7 +49,7 @@ BAD_BUILD = [
     ("bmp", "bogus", "1"),
     ("pisa", "scale", "0"),
     ("pisa", "scale", "nan"),
-    ("pisa", "scale", "1e5"),
+    ("pisa", "scale", "1e9"),
     ("pisa", "block_size", "0"),
     ("pisa", "encoding", "zip"),
     ("pisa", "encoding", ""),

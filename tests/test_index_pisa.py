@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from spladekit.common.atomic import OUTPUT_MARK
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.sparse import quantize
+from spladekit.common.sparse import impact_scale, quantize
 from spladekit.index import PisaSearcher, load_index, pisa
 from spladekit.index.pisa import ALGORITHMS, _Postings
 from spladekit.vectors.artifact import Vectors
@@ -52,7 +53,7 @@ def test_a_tie_at_the_kth_score_keeps_the_lowest_rows():
     documents = sp.random(2000, 50, density=0.05, format="csr", dtype=np.float32, random_state=3)
     queries = sp.random(30, 50, density=0.1, format="csr", dtype=np.float32, random_state=4)
     documents.data[:], queries.data[:] = 0.01, 0.01
-    searcher = PisaSearcher.build(documents)
+    searcher = PisaSearcher.build(documents, scale=100)
     expected = brute_force(documents, queries, 100.0, 10)
     raw = searcher._retrieve(quantize(queries, 100.0), 10, "maxscore", 1)
     assert sum(sorted(rows.tolist()) != sorted(want) for (rows, _), (want, _) in zip(raw, expected)) >= 5
@@ -75,7 +76,9 @@ def test_build_from_blocks_streams_without_stacking(tied, monkeypatch):
     monkeypatch.setattr(sp, "vstack", refuse)
     cuts = [0, 1, 57, 58, 200, 400]
     blocks = (documents[low:high] for low, high in zip(cuts, cuts[1:]))
-    streamed = PisaSearcher.build_from_blocks(blocks, block_size=16)
+    with pytest.raises(TypeError, match="reads the blocks twice"):  # a generator and no scale: cannot derive it
+        PisaSearcher.build_from_blocks(iter([documents]))
+    streamed = PisaSearcher.build_from_blocks(blocks, block_size=16, scale=whole.params["scale"])
     assert streamed.n_docs == 400 and streamed.vocab_size == 120
     np.testing.assert_array_equal(streamed.search(queries, k=20).doc_indices, whole.search(queries, k=20).doc_indices)
     assert_equals_brute_force(streamed, documents, queries, 20)
@@ -114,13 +117,38 @@ def test_threads_and_encodings_do_not_change_the_result(tied):
         np.testing.assert_array_equal(result.scores, reference.scores)
 
 
-def test_documents_too_light_for_the_scale_are_refused():
+def test_documents_too_light_for_the_scale_are_refused_and_the_default_scale_fits_them():
     light = sp.csr_matrix(np.full((3, 4), 0.004, dtype=np.float32))
     with pytest.raises(
         SpladekitError, match=r"pisa index: 100\.0% of the 12 non-zero weights round to 0 at quantization scale 100 "
     ):
-        PisaSearcher.build(light)
+        PisaSearcher.build(light, scale=100)
     assert PisaSearcher.build(light, scale=1000).search(light[:1], k=3).doc_indices.tolist() == [[0, 1, 2]]
+    derived = PisaSearcher.build(light)  # the default scale comes from the weights: 4096 / 0.004
+    assert derived.params["scale"] == impact_scale(float(light.data.max())) == 1_020_000
+    assert derived.search(light[:1], k=3).doc_indices.tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.parametrize(
+    "rows, message, fitting",
+    [
+        # round(5e5 x 1e4) = 5e9 is past PISA's uint32 (refused before too, naming neither the document nor a scale)
+        ([[1.0, 0, 0], [0, 5e5, 0]], r"^a pisa index: document row 1 has an impact of 5,000,000,000 ", 8580),
+        # three impacts of 2e9 fit; their sum, PISA's document length, does not
+        ([[1.0, 0, 0], [2e5, 2e5, 2e5]], r"^a pisa index: document row 1 has a length of 6,000,000,000 at scale", 7150),
+    ],
+    ids=["impact", "length"],
+)
+def test_impacts_pisa_cannot_hold_are_refused_naming_the_document_and_a_scale_that_fits(rows, message, fitting):
+    documents = sp.csr_matrix(np.array(rows, dtype=np.float32))
+    blocks = [documents[:1], documents[1:]]  # the document is named by its row across blocks
+    with pytest.raises(SpladekitError, match=message) as error:
+        PisaSearcher.build_from_blocks(blocks, scale=10_000)
+    assert "over 4,294,967,295, the " in str(error.value)
+    assert str(error.value).endswith(f"lower --param scale to {fitting} or less")
+    with PisaSearcher.build_from_blocks(blocks, scale=fitting) as fits:
+        query = sp.csr_matrix(np.array([[0.001, 0.001, 0]], dtype=np.float32))
+        assert fits.search(query, k=2).doc_indices.tolist() == [[1, 0]]
 
 
 def test_bad_parameters_are_refused_before_any_work(tied):
@@ -152,7 +180,7 @@ def test_index_folder_round_trip_lists_every_file(tied, tmp_path):
         "quantized.q0.bmw.32",
         "quantized.q0.bmw.32.block_optpfor",
     }
-    assert sorted(os.listdir(tmp_path / "index")) == sorted([*manifest["files"], "manifest.json"])
+    assert sorted(os.listdir(tmp_path / "index")) == sorted([*manifest["files"], "manifest.json", OUTPUT_MARK])
     loaded = load_index(tmp_path / "index")
     assert type(loaded) is PisaSearcher and loaded.params == searcher.params
     for k in (3, 10):

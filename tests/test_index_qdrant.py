@@ -15,7 +15,7 @@ from spladekit.evaluation.run import Run
 from spladekit.index.store import read_manifest
 
 pytest.importorskip("qdrant_edge")
-from spladekit.index.qdrant import EDGE_PREFIX, QdrantSearcher
+from spladekit.index.qdrant import QdrantSearcher
 
 
 def brute_force(queries: sp.csr_matrix, documents: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -75,26 +75,21 @@ def test_payload_holds_doc_ids_and_a_shard_is_not_silently_replaced(tmp_path):
     searcher = QdrantSearcher.build(documents, doc_ids=[f"d{i}" for i in range(10)], path=tmp_path / "qdrant")
     assert searcher.engine.payload(3) == {"doc_id": "d3"} and searcher.count() == 10
     searcher.close()
-    with pytest.raises(SpladekitError, match="a Qdrant Edge shard already exists"):
+    with pytest.raises(SpladekitError, match="already exists .* recreate=True"):
         QdrantSearcher.build(documents, path=tmp_path / "qdrant")
     replaced = QdrantSearcher.build(documents[:4], path=tmp_path / "qdrant", recreate=True)
-    assert replaced.count() == 4
+    assert replaced.count() == 4 and replaced.engine.folder == tmp_path / "qdrant"  # searched where it was put
     replaced.close()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["qdrant"]  # no staging, lock or old shard left
 
 
-def test_the_temporary_shard_is_removed_on_close_and_a_killed_owners_is_swept(tmp_path):
+def test_the_scratch_shard_is_removed_on_close():
+    """(What a killed build leaves is swept by the next: tests/test_scratch.py, for every engine.)"""
     import os
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = Path(tempfile.gettempdir()) / f"{EDGE_PREFIX}{int(gone.stdout)}-killed"
-    (stale / "shard").mkdir(parents=True)
     searcher = QdrantSearcher.build(dyadic(10, 20, 0.3, seed=9))
-    folder = Path(searcher.folder.name)
-    assert not stale.exists() and folder.name.startswith(f"{EDGE_PREFIX}{os.getpid()}-") and folder.is_dir()
+    folder = searcher.folder.path
+    assert folder.name.startswith(f"spladekit-qdrant-{os.getpid()}-") and (folder / "shard").is_dir()
     searcher.close()
     assert not folder.exists()
 
@@ -182,3 +177,108 @@ def test_real_collection_top10_equals_brute_force():
     np.testing.assert_array_equal(result.doc_indices, expected)
     np.testing.assert_allclose(result.scores, scores, rtol=1e-5)
     searcher.close()
+
+
+# ------------------------------------------------------------------------------------------ --qdrant-path
+def export_shard(cli, tmp_path, shard, *flags):
+    from spladekit.vectors.artifact import Vectors
+
+    vectors = tmp_path / "vectors"
+    if not vectors.exists():
+        Vectors(dyadic(20, 30, 0.2, seed=8), [f"d{i}" for i in range(20)], {"model": "x"}).save(vectors)
+    return cli("export", vectors, "--format", "qdrant", "--qdrant-path", shard, *flags)
+
+
+def one_error_line(result, expected: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+
+
+def user_folder(folder):
+    """A folder of the user's: their notes, and (as an earlier spladekit wrote it there) a Qdrant Edge shard."""
+    from qdrant_edge import EdgeConfig, EdgeShard, EdgeSparseVectorParams
+
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    EdgeShard.create(str(folder), EdgeConfig(sparse_vectors={"splade": EdgeSparseVectorParams()})).close()
+    return sorted(path.name for path in folder.iterdir())
+
+
+@pytest.mark.parametrize("flags", [(), ("--recreate",)])
+def test_a_qdrant_path_holding_the_users_files_is_refused_and_kept(tmp_path, cli, flags):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    one_error_line(export_shard(cli, tmp_path, mine, *flags), "not a folder spladekit wrote" if flags else "exists")
+    assert [path.name for path in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"
+    listed = user_folder(tmp_path / "shard-among-files")
+    one_error_line(export_shard(cli, tmp_path, tmp_path / "shard-among-files", "--recreate"), "spladekit wrote")
+    assert sorted(path.name for path in (tmp_path / "shard-among-files").iterdir()) == listed
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "shard-among-files", "vectors"]
+
+
+@pytest.mark.parametrize("flags", [(), ("--recreate",)])
+def test_the_working_folder_as_qdrant_path_is_refused(tmp_path, cli, monkeypatch, flags):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    one_error_line(export_shard(cli, tmp_path, ".", *flags), "working folder")
+    (work / "inner").mkdir()
+    monkeypatch.chdir(work / "inner")
+    one_error_line(export_shard(cli, tmp_path, "..", *flags), "working folder")
+    assert [path.name for path in work.iterdir()] == ["inner"] and list((work / "inner").iterdir()) == []
+
+
+def test_a_shard_spladekit_wrote_is_replaced_only_with_recreate(tmp_path, cli):
+    shard = tmp_path / "shard"
+    assert export_shard(cli, tmp_path, shard).returncode == 0
+    one_error_line(export_shard(cli, tmp_path, shard), "--recreate")
+    done = export_shard(cli, tmp_path, shard, "--recreate", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["qdrant_path"] == str(shard)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["shard", "vectors"]  # nothing beside it
+
+
+KILLED_BEFORE_THE_UPLOAD = """
+import os, signal, sys
+from spladekit.index import qdrant
+qdrant._Edge.upsert = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+from spladekit.cli import main
+sys.argv = ["spladekit", "export", sys.argv[1], "--format", "qdrant", "--qdrant-path", sys.argv[2]]
+main()
+"""
+
+
+def test_kill_9_before_the_upload_leaves_no_shard_and_the_rerun_works(tmp_path, cli):
+    import signal
+    import subprocess
+    import sys
+
+    shard = tmp_path / "shard"
+    export_shard(cli, tmp_path, tmp_path / "first")  # writes the vectors folder
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_THE_UPLOAD, str(tmp_path / "vectors"), str(shard)],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not shard.exists()  # no empty shard that loads as if it were the export
+    done = export_shard(cli, tmp_path, shard, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["points"] == 20
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["first", "shard", "vectors"]
+
+
+def test_the_vectors_folder_is_never_the_shard_nor_holds_it(tmp_path, cli):
+    """Today the shard went among the vectors' files; with --recreate the vectors folder (spladekit's own) would be
+    replaced by the shard made from it."""
+    from spladekit.vectors.artifact import Vectors
+
+    export_shard(cli, tmp_path, tmp_path / "first")  # writes the vectors folder
+    before = sorted(path.name for path in (tmp_path / "vectors").iterdir())
+    for shard in (tmp_path / "vectors", tmp_path / "vectors" / "inner"):
+        for flags in ((), ("--recreate",)):
+            one_error_line(export_shard(cli, tmp_path, shard, *flags), "the vectors folder and --qdrant-path")
+    assert sorted(path.name for path in (tmp_path / "vectors").iterdir()) == before
+    assert len(Vectors.load(tmp_path / "vectors").ids) == 20

@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from spladekit import SparseEncoder
+from spladekit.common.atomic import OUTPUT_MARK
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.sparse import keep_top_weights
 from tiny_models import ARCHITECTURES, SAMPLE_TEXTS
@@ -87,6 +88,7 @@ def test_cli_export_onnx(tiny_model_dirs, tmp_path, cli):
     payload = json.loads(result.stdout)
     assert payload["format"] == "onnx" and payload["max_abs_diff_vs_torch"] < 1e-5
     assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [
+        OUTPUT_MARK,
         "model.onnx",
         "onnx.json",
         "tokenizer.json",

@@ -14,6 +14,7 @@ import pytest
 import spladekit.experiments.quickstart as quickstart_module
 from conftest import shared_path
 from hub_caches import hf_cache, ir_datasets_cranfield, ir_datasets_home, offline_env
+from spladekit.common.atomic import OUTPUT_MARK
 from spladekit.data.collections import load_collection
 from spladekit.evaluation.evaluate import evaluate
 from spladekit.evaluation.run import Run
@@ -157,6 +158,7 @@ def test_quickstart_failing_half_way_leaves_nothing_that_blocks_the_rerun(tiny_m
     rerun = cli(*command)
     assert rerun.returncode == 0, rerun.stderr
     assert {p.name for p in (tmp_path / "qs").iterdir()} == {
+        OUTPUT_MARK,
         "diagnose.json",
         "train",
         "summary.json",

@@ -75,16 +75,18 @@ def test_scifact_approximate_backends_track_exact(cache_env):
 
 
 @pytest.mark.slow
-def test_scifact_pisa_is_within_0002_ndcg_of_exact(cache_env):
-    """PISA ranks rank-safely by impacts round(w x 100) (the default scale): nDCG@10 within 0.002 of exact."""
+def test_pisa_at_its_default_scale_is_within_0001_of_exact_on_cisi(cache_env):
+    """PISA ranks rank-safely by impacts round(w x scale), the scale derived from the documents by default
+    (spladekit.common.sparse.impact_scale): every measure within 0.001 of exact float32 on CISI (at the engines'
+    customary scale 100, RR@10 drifts +0.0022: docs/results/impact-scale)."""
     from spladekit import SparseEncoder
     from spladekit.data import load_collection
     from spladekit.evaluation.evaluate import evaluate
 
     encoder = SparseEncoder.from_pretrained(shared_path("models", "splade-tiny-msmarco"))
-    collection = load_collection(shared_path("data", "scifact"), "test")
+    collection = load_collection(shared_path("data", "cisi"), "test")
     exact = evaluate(encoder, collection, max_length=256, show_progress=False)
     pisa = evaluate(encoder, collection, backend="pisa", max_length=256, show_progress=False)
     assert pisa.provenance["corpus_cached"]
-    assert pisa.metrics["nDCG@10"] == pytest.approx(exact.metrics["nDCG@10"], abs=0.002)
-    assert pisa.metrics["R@1000"] == pytest.approx(exact.metrics["R@1000"], abs=0.002)
+    for measure in ("nDCG@10", "RR@10", "R@1000"):
+        assert pisa.metrics[measure] == pytest.approx(exact.metrics[measure], abs=0.001), measure

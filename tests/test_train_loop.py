@@ -20,6 +20,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from collection_files import write_beir
 from spladekit import SparseEncoder
+from spladekit.common.atomic import OUTPUT_MARK, mark_output
 from spladekit.common.distributed import Processes
 from spladekit.common.errors import SpladekitError
 from spladekit.data.training import load_training_set
@@ -302,6 +303,7 @@ def test_a_backbone_without_activation_checkpointing_is_refused_before_any_work(
     output = tmp_path / "run"
     output.mkdir()
     (output / "keep.txt").write_text("an earlier run")
+    mark_output(output)
     config = tiny_config(
         tiny_model_dirs["albert"],
         triplets_file,
@@ -666,8 +668,10 @@ def test_resume_refuses_a_different_config(tiny_bert, triplets_file, tmp_path):
 
 
 def old_run(folder):
+    """A run spladekit wrote earlier (marked as its own: --overwrite may replace it)."""
     folder.mkdir()
     (folder / "metrics.jsonl").write_text("the old run\n")
+    mark_output(folder)
     return folder
 
 
@@ -686,7 +690,8 @@ def test_failing_overwrite_run_puts_the_old_run_back(tiny_bert, triplets_file, t
     config = tiny_config(tiny_bert, triplets_file, logging={"stop_on_collapse": True, "collapse_patience": 2})
     with pytest.raises(TrainingStopped, match="stopped on collapse .* previous run in .* is put back"):
         train(config, run, overwrite=True)
-    assert [p.name for p in tmp_path.iterdir()] == ["run"] and [p.name for p in run.iterdir()] == ["metrics.jsonl"]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert sorted(p.name for p in run.iterdir()) == [OUTPUT_MARK, "metrics.jsonl"]
     assert (run / "metrics.jsonl").read_text() == "the old run\n"
     train(tiny_config(tiny_bert, triplets_file, optimization={"steps": 2}), run, overwrite=True)
     assert [r["step"] for r in read_metrics(run)] == [1, 2] and (run / "model").is_dir()

@@ -47,6 +47,32 @@ def test_rank_safe_pisa_recalls_everything_and_pruned_seismic_does_not(collectio
         tune(documents, queries, "pisa", {"algorithm": ["maxscore"]}, repeats=0)
 
 
+def test_no_query_or_no_document_is_refused_before_any_index_is_built(collection, monkeypatch):
+    """Without a query (or with queries sharing no term with the documents) every configuration's recall was 1.0000:
+    every target "reached", and an index built with the fastest configuration."""
+    import scipy.sparse as sp
+
+    from spladekit.index import PisaSearcher
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built an index before the refusal")
+
+    monkeypatch.setattr(PisaSearcher, "build", no_build)
+    documents, queries = collection
+    grid = {"algorithm": ["maxscore"]}
+    none = sp.csr_matrix((0, 800), dtype=np.float32)
+    with pytest.raises(SpladekitError, match=r"^no query vectors: recall@k needs queries"):
+        tune(documents, none, "pisa", grid, show_progress=False)
+    with pytest.raises(SpladekitError, match=r"^no document vectors: nothing to search"):
+        tune(none, queries, "pisa", grid, show_progress=False)
+    without = sp.csr_matrix(documents.multiply((np.arange(800) != 799)[None, :]), dtype=np.float32)
+    without.eliminate_zeros()  # no document holds term 799, the only term of these queries
+    strangers = sp.csr_matrix(([1.0, 1.0], ([0, 1], [799, 799])), shape=(2, 800), dtype=np.float32)
+    for unanswerable in (strangers, sp.csr_matrix((3, 800), dtype=np.float32)):
+        with pytest.raises(SpladekitError, match=r"^none of the \d queries shares a term with the documents"):
+            tune(without, unanswerable, "pisa", grid, show_progress=False)
+
+
 def test_grids_are_checked_by_the_backends_declarations():
     build, search = check_grid("bmp", {"bsize": ["16", 32], "alpha": ["0.5"]})
     assert build == {"bsize": [16, 32]} and search == {"alpha": [0.5]}

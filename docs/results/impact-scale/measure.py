@@ -2,9 +2,10 @@
 default impact scale of PISA, Anserini and CIFF).
 
     SPLADEKIT_CACHE=/tmp/bench/cache python docs/results/impact-scale/measure.py \
-        --model ../shared/models/splade-tiny-msmarco --data-root ../shared/data --json-out docs/results/impact-scale/drift.json
+        --model ../shared/models/splade-tiny-msmarco --data-root ../shared/data \
+        --json-out docs/results/impact-scale/drift.json
 
-For every collection: the largest document weight, the largest exact score of a top-1000 hit, and the drift of each
+For every collection: the largest document weight, the largest exact score of a top-1 hit, and the drift of each
 measure from exact float32 at each scale (``spladekit.evaluation.fidelity``, target ``impacts``), with the scale
 that :func:`spladekit.common.sparse.impact_scale` derives from the document weights.
 """

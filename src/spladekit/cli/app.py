@@ -26,24 +26,31 @@ app = typer.Typer(
 
 
 @overload
-def opened(output: Path, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path]: ...
+def opened(
+    output: Path, folder: bool, overwrite: bool, option: str = "--overwrite"
+) -> contextlib.AbstractContextManager[Path]: ...
 @overload
-def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]: ...
-def opened(output: Path | None, folder: bool, overwrite: bool) -> contextlib.AbstractContextManager[Path | None]:
+def opened(
+    output: Path | None, folder: bool, overwrite: bool, option: str = "--overwrite"
+) -> contextlib.AbstractContextManager[Path | None]: ...
+def opened(
+    output: Path | None, folder: bool, overwrite: bool, option: str = "--overwrite"
+) -> contextlib.AbstractContextManager[Path | None]:
     """Open a command's output before its work (:func:`spladekit.common.atomic.open_output`: refused if it exists
-    without ``--overwrite``, locked, staging created) and yield the staging path to save into (``None``
-    when the option was not given); the output is moved into place when the block succeeds."""
-    return _opened(output, folder, overwrite)
+    without ``--overwrite`` (or the ``option`` that asks for it), locked, staging created) and yield the staging
+    path to save into (``None`` when the option was not given); the output is moved into place when the block
+    succeeds."""
+    return _opened(output, folder, overwrite, option)
 
 
 @contextlib.contextmanager
-def _opened(output: Path | None, folder: bool, overwrite: bool) -> Iterator[Path | None]:
+def _opened(output: Path | None, folder: bool, overwrite: bool, option: str) -> Iterator[Path | None]:
     if output is None:
         yield None
         return
     from spladekit.common.atomic import open_output
 
-    with open_output(output, folder=folder, overwrite=overwrite) as staged:
+    with open_output(output, folder=folder, overwrite=overwrite, option=option) as staged:
         yield staged.staging
 
 

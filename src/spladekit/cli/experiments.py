@@ -50,11 +50,24 @@ def sweep(
     from rich.console import Console
     from rich.table import Table
 
+    from spladekit.experiments.sweep import check_only, load_sweep, run_on_devices, run_sweep
     from spladekit.experiments.sweep import dry_run as plan_sweep
-    from spladekit.experiments.sweep import load_sweep, run_on_devices, run_sweep
     from spladekit.vectors.encoding import parse_shard
 
     settings = load_sweep(config)
+    # every option is checked before any work, --dry-run included (it validates the run, so it must refuse what the
+    # run would refuse)
+    selection = parse_shard(shard)
+    checked_device(device)
+    workers = None
+    if devices is not None:
+        if shard is not None or device != "auto":
+            raise SpladekitError("--devices starts one worker per device: give it without --shard and --device")
+        names = [item.strip() for item in devices.split(",") if item.strip()]
+        if not names:
+            raise SpladekitError(f"--devices must list at least one device, got {devices!r}")
+        workers = [checked_device(f"cuda:{name}" if name.isdigit() else name) for name in names]
+    check_only(settings, only)
     if dry_run:
         result = plan_sweep(settings, output)
         table = Table(title=f"sweep {result['name']}: {len(result['runs'])} runs")
@@ -77,13 +90,8 @@ def sweep(
         if result["problems"]:
             raise SpladekitError(f"{config}: {len(result['problems'])} problem(s) found by --dry-run")
         return
-    if devices is not None:
-        if shard is not None or device != "auto":
-            raise SpladekitError("--devices starts one worker per device: give it without --shard and --device")
-        names = [item.strip() for item in devices.split(",") if item.strip()]
-        if not names:
-            raise SpladekitError(f"--devices must list at least one device, got {devices!r}")
-        logs = run_on_devices(config, output, [f"cuda:{name}" if name.isdigit() else name for name in names], only)
+    if workers is not None:
+        logs = run_on_devices(config, output, workers, only)
         emit(
             {"workers": [str(path) for path in logs]},
             as_json,
@@ -91,8 +99,7 @@ def sweep(
             f"{len(logs)} worker(s) finished in {output} (logs: {logs[0].parent}); next: spladekit report {output}",
         )
         return
-    selection = parse_shard(shard)
-    records = run_sweep(settings, output, only=only, device=checked_device(device), shard=selection)
+    records = run_sweep(settings, output, only=only, device=device, shard=selection)
     emit(
         {"runs": records}, as_json, None, f"{len(records)} run(s) finished in {output}; next: spladekit report {output}"
     )

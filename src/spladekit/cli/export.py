@@ -58,6 +58,13 @@ def _onnx(
     return {**metadata, "format": "onnx", "model": source, "output": str(output)}
 
 
+def _overlap(first: Path, second: Path) -> bool:
+    """Whether two folders are one, or one holds the other: an output there would be written into (or, with
+    --recreate / --overwrite, replace) the other."""
+    first, second = first.resolve(), second.resolve()
+    return first == second or first in second.parents or second in first.parents
+
+
 def _qdrant(
     source: str,
     output: Optional[Path],
@@ -75,15 +82,30 @@ def _qdrant(
             "--format qdrant needs --url (server), --qdrant-path (a Qdrant Edge shard) "
             "or --output (spladekit index folder)"
         )
+    if url is not None and qdrant_path is not None:
+        raise SpladekitError("--url (a server) and --qdrant-path (a local shard) name two places: give one")
+    for first, second, names in (
+        (output, qdrant_path, "--output and --qdrant-path"),
+        (Path(source), qdrant_path, "the vectors folder and --qdrant-path"),
+        (Path(source), output, "the vectors folder and --output"),
+    ):
+        if first is not None and second is not None and _overlap(first, second):
+            raise SpladekitError(f"{second}: {names} are one folder (or one holds the other); give each its own")
+    from spladekit.index import check_backend
     from spladekit.vectors.artifact import Vectors
 
-    with opened(output, folder=True, overwrite=overwrite) as staged:
+    check_backend("qdrant", {"url": url})  # qdrant-client or qdrant-edge-py, before the vectors are read
+
+    with (
+        opened(output, folder=True, overwrite=overwrite) as staged,
+        opened(qdrant_path, folder=True, overwrite=recreate, option="--recreate") as shard,
+    ):
         documents = Vectors.load(source)
         payload = export_qdrant(
             documents.matrix,
             documents.ids,
             url=url,
-            qdrant_path=qdrant_path,
+            qdrant_path=shard,
             output=staged,
             collection=collection,
             vector_name=vector_name,
@@ -147,9 +169,7 @@ def _ciff(
     overwrite: bool,
     trust_remote_code: bool,
 ) -> dict:
-    from spladekit.export.ciff import DEFAULT_SCALE, export_ciff
-
-    scale = DEFAULT_SCALE if scale is None else scale
+    from spladekit.export.ciff import export_ciff
 
     if output is None:
         raise SpladekitError("--format ciff needs --output (the .ciff file to write)")
@@ -193,11 +213,15 @@ def export(
     qdrant_path: Optional[Path] = typer.Option(
         None,
         help="qdrant: a new folder for a Qdrant Edge shard (Qdrant's engine in-process; open it with "
-        "qdrant_edge.EdgeShard.load(path)).",
+        "qdrant_edge.EdgeShard.load(path)); built beside it and swapped in complete, never among other files.",
     ),
     collection: str = typer.Option("spladekit", help="qdrant: collection name."),
     vector_name: str = typer.Option("splade", help="qdrant: name of the sparse vector in the collection."),
-    recreate: bool = typer.Option(False, help="qdrant: replace an existing collection of that name."),
+    recreate: bool = typer.Option(
+        False,
+        help="qdrant: replace an existing collection of that name (server), or the shard folder of --qdrant-path if "
+        "spladekit wrote it (once the new one is complete).",
+    ),
     model: Optional[str] = typer.Option(
         None,
         help="opensearch/elasticsearch/ciff: model whose tokenizer names the "
@@ -223,8 +247,9 @@ def export(
         "--quantization-scale",
         help="Weights -> whole "
         "numbers round(w x SCALE); weights that round to 0 are "
-        "dropped. ciff: the impacts (CIFF tf), default 100 as in "
-        "Anserini's SPLADE impact indexes; opensearch/"
+        "dropped. ciff: the impacts (CIFF tf), default derived from "
+        "the vectors (4096 / the largest weight, as the pisa and "
+        "anserini indexes); opensearch/"
         "elasticsearch: default none (float weights).",
     ),
     trust_remote_code: bool = typer.Option(

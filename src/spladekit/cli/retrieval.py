@@ -22,7 +22,8 @@ from spladekit.cli.core import (
 )
 from spladekit.common.errors import SpladekitError
 from spladekit.common.schema import MIN_TOKEN_LIMIT
-from spladekit.index import BACKENDS, backend_class
+from spladekit.index import BACKENDS, backend_class, check_backend
+from spladekit.index.base import Restartable
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -91,7 +92,7 @@ def index(
     from spladekit.vectors.artifact import Vectors
 
     searcher_class = backend_class(backend)
-    params = searcher_class.check_params(parse_params(param))  # before reading the vectors
+    params = check_backend(backend, parse_params(param))  # parameters and prerequisites, before reading the vectors
     check_max_active_dims(max_active_dims)
     with opened(output, folder=True, overwrite=overwrite) as staged:
         ids: list[str] = []
@@ -101,6 +102,8 @@ def index(
 
         def blocks() -> Iterator[sp.csr_matrix]:  # shard by shard: pruned, ids and postings collected on the way
             nonlocal meta, postings, reading
+            ids.clear()  # a builder may read the blocks twice (a scale derived from the weights): count the last
+            postings = 0
             shards = Vectors.blocks(vectors)
             while True:
                 started = time.perf_counter()
@@ -115,8 +118,10 @@ def index(
                 yield matrix
 
         started = time.perf_counter()
-        with searcher_class.build_from_blocks(blocks(), **params) as searcher:
+        with searcher_class.build_from_blocks(Restartable(blocks), **params) as searcher:
             seconds = time.perf_counter() - started - reading
+            if not searcher.n_docs:  # exact, seismic, qdrant and milvus would save an index of nothing
+                raise SpladekitError(f"{vectors}: no document vectors: nothing to index")
             searcher.doc_ids = ids
             searcher.save(
                 staged,
@@ -174,38 +179,47 @@ def search(
     """Search an index with queries and write a TREC run file."""
     from spladekit.data import read_corpus
     from spladekit.evaluation.run import Run
-    from spladekit.index import load_index
+    from spladekit.index import index_backend
     from spladekit.vectors.artifact import Vectors
 
     if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
     checked_device(device)
-    with opened(output, folder=False, overwrite=overwrite) as staged, load_index(index_dir) as searcher:
-        if searcher.doc_ids is None:
-            raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
-        params = searcher.check_params(parse_params(param), "search")  # before encoding the queries
+    with opened(output, folder=False, overwrite=overwrite) as staged:
+        searcher_class = index_backend(index_dir)
+        params = searcher_class.check_params(parse_params(param), "search")  # before reading anything
+        # then the queries: unreadable or empty ones fail before the index is opened (an engine's may be rebuilt)
         if query_vectors is not None:
             encoded = Vectors.load(query_vectors)
             vectors, query_ids = encoded.matrix, encoded.ids
+            if not query_ids:
+                raise SpladekitError(f"{query_vectors}: no query vectors: nothing to search")
         else:
-            from spladekit.model.loading import load_model
-
-            assert queries is not None and model is not None  # checked above
-            encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
-            if encoder.vocab_size != searcher.vocab_size:
-                raise SpladekitError(
-                    f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
-                    f"{searcher.vocab_size}"
-                )
-            parsed = read_corpus(queries)
-            vectors = encoder.encode_query(parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids)
+            assert queries is not None  # checked above
+            parsed = read_corpus(queries)  # an empty file is refused
             query_ids = parsed.ids
-        started = time.perf_counter()
-        result = searcher.search(vectors, k=k, **params)
-        seconds = time.perf_counter() - started
-        Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
-            staged, tag=f"spladekit-{searcher.name}"
-        )
+        with searcher_class.load(index_dir) as searcher:
+            if searcher.doc_ids is None:
+                raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
+            if query_vectors is None:
+                from spladekit.model.loading import load_model
+
+                assert model is not None  # checked above
+                encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+                if encoder.vocab_size != searcher.vocab_size:
+                    raise SpladekitError(
+                        f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
+                        f"{searcher.vocab_size}"
+                    )
+                vectors = encoder.encode_query(
+                    parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids
+                )
+            started = time.perf_counter()
+            result = searcher.search(vectors, k=k, **params)
+            seconds = time.perf_counter() - started
+            Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
+                staged, tag=f"spladekit-{searcher.name}"
+            )
     payload = {
         "run": str(output),
         "queries": len(query_ids),
@@ -310,7 +324,7 @@ def evaluate(
     from spladekit.evaluation.evaluate import evaluate_data, results_table
     from spladekit.model.loading import load_model
 
-    backend_params = backend_class(backend).check_params(parse_params(param))  # before loading the model
+    backend_params = check_backend(backend, parse_params(param))  # parameters and prerequisites, before the model
     check_max_active_dims(max_active_dims)
     checked_device(device)
     if dry_run:

@@ -38,6 +38,15 @@ blocks a rerun (a stale ``.NAME.partial`` is removed, a stale ``.NAME.old`` put 
 next writer). The holder deletes the lock file when it is done. Without ``fcntl`` (not POSIX) outputs are
 still staged and swapped, but not locked.
 
+**Only its own folders.** A folder a user names may hold anything (``--output ~/Documents``, ``--qdrant-path .``), so
+spladekit writes a folder output only as a new folder (its staging, swapped in; an existing *empty* folder is taken),
+never among files already there, and replaces or deletes an existing one only if it wrote it: every folder output
+carries the mark :data:`OUTPUT_MARK` (a small file written into the staging at the commit, or by
+:func:`mark_output` into a folder written in place when it is created), and ``overwrite`` (``--overwrite``,
+``--recreate``) on a non-empty folder without it is refused before the work, as one line, and again at the commit
+(the folder may have been swapped meanwhile). Outputs of a spladekit from before the mark are therefore not
+replaced either: remove them by hand. The working folder, or a folder holding it, is never an output at all.
+
 **Permissions.** Files are created ``0o666`` and folders ``0o777``, less the umask, as ``open`` and
 ``mkdir`` do (not the ``0o600`` / ``0o700`` of ``tempfile``).
 """
@@ -65,6 +74,8 @@ except ImportError:  # not POSIX: outputs are staged and swapped but not locked
 from spladekit.common.errors import SpladekitError
 
 LOCK, STAGING, OLD = ".lock", ".partial", ".old"
+OUTPUT_MARK = ".spladekit-output"  # in every folder output: spladekit wrote this folder, --overwrite may replace it
+_MARK_TEXT = "spladekit wrote this folder: spladekit --overwrite (or --recreate) may replace it as a whole.\n"
 
 _REASONS = {
     errno.EACCES: "permission denied",
@@ -161,18 +172,65 @@ def _create_file(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
 
 
-def check_new_output(target: str | Path, overwrite: bool = False, folder: bool | None = None) -> None:
-    """Refuse an existing output unless ``overwrite`` (an empty folder is not one); with ``folder`` given,
-    refuse a file where a folder goes or a folder where a file goes, ``overwrite`` or not. No side effects."""
+def mark_output(folder: str | Path) -> None:
+    """Mark ``folder``, which spladekit created (or took empty) for an output it writes in place, as its own (see
+    the module); an existing mark is kept. Outputs opened with :func:`open_output` are marked at the commit."""
+    try:
+        descriptor = os.open(
+            Path(folder) / OUTPUT_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+        )
+    except FileExistsError:
+        return
+    except OSError as error:
+        raise _cannot_write(folder, error) from None
+    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+        stream.write(_MARK_TEXT)
+
+
+def _ours(folder: Path) -> bool:
+    return os.path.isfile(folder / OUTPUT_MARK)
+
+
+def _not_ours(shown: str | Path, option: str) -> SpladekitError:
+    return SpladekitError(
+        f"{shown}: not a folder spladekit wrote (no {OUTPUT_MARK} in it), so {option} does not replace it; "
+        "choose another path (or move it away yourself)"
+    )
+
+
+def _check_not_working_folder(shown: str | Path) -> None:
+    """The working folder, or one holding it, is never an output: swapping it or deleting it pulls the ground from
+    under the user's shell (``--qdrant-path .``, ``--output ..``)."""
+    try:
+        target, here = os.path.realpath(shown), os.path.realpath(os.getcwd())
+    except OSError:  # no working folder (removed under the process): nothing to protect
+        return
+    if here == target or here.startswith(target.rstrip(os.sep) + os.sep):
+        raise SpladekitError(
+            f"{shown}: the working folder (or a folder holding it) cannot be an output; name a new folder"
+        )
+
+
+def check_new_output(
+    target: str | Path, overwrite: bool = False, folder: bool | None = None, option: str = "--overwrite"
+) -> None:
+    """Refuse an existing output unless ``overwrite`` (an empty folder is not one), and even then a non-empty folder
+    that spladekit did not write (see the module); with ``folder`` given, refuse a file where a folder goes or a
+    folder where a file goes, ``overwrite`` or not; refuse the working folder. ``option``: the flag named in the
+    errors. No side effects."""
     shown = target
     target = _absolute(target)
+    _check_not_working_folder(shown)
     try:
         if folder is True and _exists(target) and not _is_dir(target):
             raise SpladekitError(f"{shown}: a file is in the way (this output is a folder)")
         if folder is False and _is_dir(target):
             raise SpladekitError(f"{shown}: is a folder (this output is a file)")
-        if _exists(target) and not overwrite and (not _is_dir(target) or _non_empty_dir(target)):
-            raise SpladekitError(f"{shown}: output already exists (choose another path or pass --overwrite)")
+        if _exists(target) and (not _is_dir(target) or _non_empty_dir(target)):
+            if not overwrite:
+                raise SpladekitError(f"{shown}: output already exists (choose another path or pass {option})")
+            if _is_dir(target) and not _ours(target):
+                raise _not_ours(shown, option)
     except OSError as error:
         raise _cannot_write(shown, error) from None
 
@@ -315,10 +373,11 @@ class Output:
     def _move_into_place(self) -> None:
         target, staging = self._absolute, self._staging
         if self.folder:
+            mark_output(staging)
             if _exists(target) and not _is_dir(target):
                 raise self._appeared()
             if _non_empty_dir(target):
-                if not self.overwrite:
+                if not self.overwrite or not _ours(target):  # not ours: swapped for the user's own meanwhile
                     raise self._appeared()
                 old = _sibling(target, OLD)
                 os.rename(target, old)
@@ -366,8 +425,9 @@ class Output:
             raise _cannot_write(self.target, error) from None
 
 
-def open_output(target: str | Path, *, folder: bool, overwrite: bool = False) -> Output:
-    """Check, lock and stage the output ``target`` (a folder, or a file) before any work; see the module."""
+def open_output(target: str | Path, *, folder: bool, overwrite: bool = False, option: str = "--overwrite") -> Output:
+    """Check, lock and stage the output ``target`` (a folder, or a file) before any work; see the module.
+    ``option``: how the caller's users ask for ``overwrite``, named in the errors."""
     shown = target
     absolute = _absolute(target)
     opened = _open_outputs.get(absolute)
@@ -377,11 +437,11 @@ def open_output(target: str | Path, *, folder: bool, overwrite: bool = False) ->
         return Output(absolute, shown, folder, overwrite, None, [], absolute)
     if absolute.name in ("", ".", ".."):
         raise SpladekitError(f"{shown}: not a valid output path")
-    check_new_output(shown, overwrite, folder)
+    check_new_output(shown, overwrite, folder, option)
     lock, created = _lock(absolute, shown)
     try:
         _recover(absolute)
-        check_new_output(shown, overwrite, folder)  # again, under the lock
+        check_new_output(shown, overwrite, folder, option)  # again, under the lock
         staging = _sibling(absolute, STAGING)
         _remove(staging)  # left by a killed writer (we hold the lock: no one else is using it)
         if folder:
@@ -502,11 +562,14 @@ class InPlace:
 
     def set_aside(self) -> None:
         """Move an existing output to ``.NAME.old`` (call it once the new run is ready to start): deleted
-        when the ``with`` block succeeds, put back when it fails."""
+        when the ``with`` block succeeds, put back when it fails. A non-empty folder spladekit did not write is
+        refused (see the module)."""
         try:
             if _exists(self._old):  # the run that set it aside was killed: NAME holds its partial files
                 _remove(self._absolute)
             elif _exists(self._absolute):
+                if _non_empty_dir(self._absolute) and not _ours(self._absolute):
+                    raise _not_ours(self.target, "--overwrite")
                 os.rename(self._absolute, self._old)
             else:
                 return
@@ -520,6 +583,7 @@ class InPlace:
         return self._moved
 
     def __enter__(self) -> InPlace:
+        _check_not_working_folder(self.target)
         self._lock, self._created = _lock(self._absolute, self.target)
         try:
             if _exists(self._old) and not _exists(self._absolute):

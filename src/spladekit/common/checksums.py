@@ -1,5 +1,5 @@
 """The checksum of a file, streamed: a file of any size is hashed in 1 MiB blocks, never read into memory whole.
-One implementation for every record that seals files (the vectors' shards, the training-data store)."""
+One implementation for every record that seals files (the vectors' shards, index folders, the training-data store)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ import scipy.sparse as sp
 
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import json_records, numbered_lines
+from spladekit.common.scratch import scratch_folder
 from spladekit.common.sources import is_local
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.data.collections import is_hf_dataset_id, resolve_ir_dataset_id
@@ -50,7 +50,7 @@ from spladekit.data.jsonl import corpus_from_records
 from spladekit.data.samples import SAMPLE_PAIRS
 from spladekit.data.suites import SUITES
 from spladekit.data.trec import read_qrels
-from spladekit.index import backend_class, build_index
+from spladekit.index import build_index, check_backend
 from spladekit.model.loading import RetrievalModel
 
 DEFAULT_SAMPLE = 64
@@ -227,13 +227,13 @@ def synthetic_corpus(sample: sp.csr_matrix, rows: int, seed: int = 0) -> sp.csr_
 def measure_backend(
     documents: sp.csr_matrix, queries: sp.csr_matrix, backend: str, params: dict, k: int
 ) -> dict[str, float]:
-    """Build, save (to a temporary folder, then deleted) and search an index of ``documents``, timed."""
+    """Build, save (to a scratch folder, then deleted) and search an index of ``documents``, timed."""
     started = time.perf_counter()
     with build_index(documents, backend, **params) as searcher:
         build_seconds = time.perf_counter() - started
-        with tempfile.TemporaryDirectory(prefix="spladekit-dry-run-") as scratch:
-            searcher.save(Path(scratch) / "index")
-            index_bytes = sum(path.stat().st_size for path in (Path(scratch) / "index").rglob("*") if path.is_file())
+        with scratch_folder("cost") as scratch:
+            searcher.save(scratch / "index")
+            index_bytes = sum(path.stat().st_size for path in (scratch / "index").rglob("*") if path.is_file())
         started = time.perf_counter()
         searcher.search_batches(queries, k=min(k, documents.shape[0]), show_progress=False)
         search_seconds = time.perf_counter() - started
@@ -331,7 +331,7 @@ def estimate_evaluation(
     Writes nothing but a temporary index folder (removed); reads at most ``sample`` lines of a local corpus
     and queries file besides counting the corpus lines.
     """
-    params = backend_class(backend).check_params(backend_params or {})
+    params = check_backend(backend, backend_params)
     check_max_active_dims(max_active_dims)
     if sample < 1 or synthetic_docs < 1:
         raise SpladekitError("sample and synthetic_docs must be at least 1")

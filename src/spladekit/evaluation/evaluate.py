@@ -51,7 +51,7 @@ from spladekit.data.suites import SUITES, load_suite
 from spladekit.data.trec import Qrels
 from spladekit.evaluation.result import EvaluationResult
 from spladekit.evaluation.run import Run
-from spladekit.index import backend_class, build_index
+from spladekit.index import build_index, check_backend
 from spladekit.model.loading import RetrievalModel, model_fingerprint
 from spladekit.vectors.artifact import Vectors
 from spladekit.vectors.encoding import ShardSelection, build_plan, write_shards
@@ -264,7 +264,7 @@ def evaluate(
     re-encodes (use it while training: every checkpoint is a new model). Under ``torchrun`` (``processes``,
     rank 0; the other ranks run :func:`cache_corpora`) the corpus is encoded by every rank.
     """
-    backend_params = backend_class(backend).check_params(backend_params or {})  # before any encoding
+    backend_params = check_backend(backend, backend_params)  # parameters and prerequisites, before any encoding
     check_max_active_dims(max_active_dims)
     collection = reconcile(collection)
     document_limit = encoder.side_max_length("document", max_length)
@@ -344,12 +344,14 @@ def evaluate_suite(
     **options: Any,
 ) -> EvaluationResult:
     """Evaluate each collection; the result's ``members`` hold them, its metrics their means."""
-    return suite_result(
-        lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
-        collections,
-        name,
-        run_dir,
-    )
+    return suite_result(model_evaluation(encoder, options), collections, name, run_dir)
+
+
+def model_evaluation(encoder: RetrievalModel, options: dict[str, Any]) -> EvaluateOne:
+    """:func:`evaluate` of ``encoder`` with ``options``, one collection at a time; the backend is checked now (its
+    parameters and what it runs on), before the first collection is loaded, downloaded or encoded."""
+    check_backend(options.get("backend", "exact"), options.get("backend_params"))
+    return lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options)
 
 
 def suite_result(
@@ -375,13 +377,7 @@ def evaluate_data(
     **options: Any,
 ) -> EvaluationResult:
     """Resolve ``data`` (suite name, folder, HF or ir_datasets id) and evaluate it (the CLI's entry)."""
-    return evaluate_resolved(
-        lambda collection, run_path: evaluate(encoder, collection, run_path=run_path, **options),
-        data,
-        split,
-        data_root,
-        run_dir,
-    )
+    return evaluate_resolved(model_evaluation(encoder, options), data, split, data_root, run_dir)
 
 
 def evaluate_resolved(

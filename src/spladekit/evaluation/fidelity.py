@@ -16,7 +16,8 @@ measure's drift from float32 and how much of each query's top-10 is kept:
   Δ = (max − m)/255, d' = m + round((d − m)/Δ)·Δ (d' = m when every posting has one weight); q' = q.
 * ``qdrant-float16`` — Qdrant ``datatype=float16``: d' = float16(d); q' = q.
 * ``impacts`` — CIFF, Anserini, PISA: integer impacts at a scale S, d' = round(d·S), q' = round(q·S) (weights that
-  round to 0 are dropped). Swept: S.
+  round to 0 are dropped). Swept: S, including spladekit's default, derived from the documents
+  (:func:`spladekit.common.sparse.impact_scale`), and the engines' customary 100.
 * ``bmp`` — run on BMP itself (``--backend bmp`` at alpha = beta = 1, which is rank-safe): its 8-bit,
   overflow-safe document impacts and its own query quantization.
 * ``onnx-int8`` — not a storage but a model change: the collection encoded again through the dynamically quantized
@@ -39,7 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from spladekit.common.errors import SpladekitError
-from spladekit.common.sparse import quantize
+from spladekit.common.sparse import impact_scale, quantize
 from spladekit.data.collections import Collection, reconcile
 from spladekit.evaluation.evaluate import encode_corpus, score_hits
 from spladekit.index import BmpSearcher, ExactSearcher
@@ -122,6 +123,14 @@ class Target:
     default: float = 0.0
     sweep: tuple[float, ...] = ()
     kind: str = "maps"  # "maps": exact search through the maps; "bmp": on BMP itself; "onnx-int8": re-encoded
+    derived_default: Callable[[sp.csr_matrix], float] | None = None  # the default comes from the documents
+
+    def settings(self, documents: sp.csr_matrix) -> tuple[tuple[float | None, ...], float]:
+        """The values to try (the sweep, plus a default derived from ``documents``) and the default among them."""
+        if self.derived_default is None:
+            return self.sweep or (None,), self.default
+        default = self.derived_default(documents)
+        return tuple(sorted({*self.sweep, default})), default
 
 
 TARGETS = {
@@ -150,8 +159,9 @@ TARGETS = {
             impacts,
             impacts,
             "scale",
-            100.0,
+            100.0,  # the engines' customary scale, still swept; spladekit's default is derived
             (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0),
+            derived_default=lambda documents: impact_scale(float(documents.data.max(initial=0.0))),
         ),
         Target("bmp", "BMP (8-bit, overflow-safe scale; run on bmp)", unchanged, unchanged, kind="bmp"),
         Target(
@@ -212,13 +222,29 @@ def top10_kept(reference: np.ndarray, other: np.ndarray) -> tuple[float, int]:
 
 
 def check_targets(names: list[str] | None) -> list[Target]:
-    """The named targets (default: all but :data:`ONLY_WHEN_NAMED`); SpladekitError for an unknown name."""
+    """The named targets (default: all but :data:`ONLY_WHEN_NAMED`); SpladekitError for an unknown name, or for a
+    target whose engine is not installed (bmp; onnx-int8's ONNX packages): said before the collection is encoded,
+    not after, as an error row."""
     if not names:
-        return [target for name, target in TARGETS.items() if name not in ONLY_WHEN_NAMED]
-    unknown = [name for name in names if name not in TARGETS]
-    if unknown:
-        raise SpladekitError(f"unknown fidelity target {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
-    return [TARGETS[name] for name in names]
+        chosen = [target for name, target in TARGETS.items() if name not in ONLY_WHEN_NAMED]
+    else:
+        unknown = [name for name in names if name not in TARGETS]
+        if unknown:
+            raise SpladekitError(f"unknown fidelity target {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
+        chosen = [TARGETS[name] for name in names]
+    for target in chosen:
+        try:
+            if target.kind == "bmp":
+                BmpSearcher.check_prerequisites({})
+            elif target.kind == "onnx-int8":
+                from spladekit.model.onnx import _onnx_packages
+
+                _onnx_packages()
+        except SpladekitError as error:
+            raise SpladekitError(
+                f"fidelity target {target.name}: {error} (or name the targets to measure, --target)"
+            ) from None
+    return chosen
 
 
 def check_tolerance(tolerance: float) -> None:
@@ -257,7 +283,8 @@ def fidelity(
     reference, reference_rows = scored(ExactSearcher.build(documents).search(queries, k=depth))
     report = FidelityReport(collection.name, tuple(collection.measures), reference, tolerance=tolerance)
     for target in chosen:
-        for value in target.sweep or (None,):
+        values, default = target.settings(documents)
+        for value in values:
             setting = 0.0 if value is None else value
             try:
                 if target.kind == "bmp":
@@ -280,7 +307,7 @@ def fidelity(
                     "engines": target.engines,
                     "setting": target.setting,
                     "value": value,
-                    "default": value == target.default if target.setting else None,
+                    "default": value == default if target.setting else None,
                     "metrics": metrics,
                     "drift": {name: metrics[name] - reference[name] for name in reference},
                     "top10_kept": kept,
@@ -300,15 +327,14 @@ def _onnx_int8_search(
     show_progress: bool,
 ) -> Any:
     """The collection encoded again through the int8 ONNX export of ``encoder``, searched exactly."""
-    import tempfile
-
+    from spladekit.common.scratch import scratch_folder
     from spladekit.model.encoder import SparseEncoder
     from spladekit.model.inference_free import InferenceFreeEncoder
     from spladekit.model.onnx import OnnxEncoder, export_onnx
 
     if not isinstance(encoder, (SparseEncoder, InferenceFreeEncoder)):
         raise SpladekitError("onnx-int8 needs a spladekit model to export (not an ONNX folder)")
-    with tempfile.TemporaryDirectory(prefix="spladekit-fidelity-") as scratch:
+    with scratch_folder("fidelity") as scratch:
         export_onnx(encoder, scratch, quantize="int8")
         graph = OnnxEncoder(scratch)
         documents = graph.encode_document(collection.corpus.texts, batch_size, limits[0], show_progress)

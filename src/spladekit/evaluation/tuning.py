@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from spladekit.common.errors import SpladekitError
-from spladekit.index import ExactSearcher, backend_class
+from spladekit.index import ExactSearcher, backend_class, check_backend
 from spladekit.index.base import Searcher
 from spladekit.index.pisa import ALGORITHMS
 
@@ -95,7 +95,10 @@ class Tuning:
 
 
 def check_grid(backend: str, grid: Mapping[str, Iterable[Any]] | None) -> tuple[dict[str, list], dict[str, list]]:
-    """The (build, search) grids, each value typed and checked by the backend's declarations; unset: ``GRIDS``."""
+    """The (build, search) grids, each value typed and checked by the backend's declarations; unset: ``GRIDS``.
+    What the backend runs on is checked too (:func:`spladekit.index.check_backend`): tuning and the CLI call this
+    before reading the vectors or timing the exact search."""
+    check_backend(backend)
     searcher = backend_class(backend)
     if grid is None and backend not in GRIDS:
         raise SpladekitError(f"no default grid for {backend}; give one (--grid NAME=V1,V2…) or use {', '.join(GRIDS)}")
@@ -162,9 +165,19 @@ def tune(
         raise SpladekitError(f"k must be an integer >= 1, got {k!r}")
     if isinstance(repeats, bool) or repeats < 1:
         raise SpladekitError(f"repeats must be an integer >= 1, got {repeats!r}")
+    # recall is averaged over the queries with an exact hit, and is 1.0 over none: every target would be "reached"
+    if queries.shape[0] == 0:
+        raise SpladekitError("no query vectors: recall@k needs queries (encode some with --side query)")
+    if documents.shape[0] == 0:
+        raise SpladekitError("no document vectors: nothing to search")
     single = _single_thread(searcher_class)
     found, exact_us = timed_search(ExactSearcher.build(documents), queries, k, repeats, num_threads=1)
     exact = found.doc_indices
+    if not (exact >= 0).any():
+        raise SpladekitError(
+            f"none of the {queries.shape[0]:,} queries shares a term with the documents: recall@k against exact "
+            "search measures nothing (are the queries encoded with the documents' model?)"
+        )
     tuning = Tuning(
         backend, k, queries.shape[0], documents.shape[0], targets=tuple(targets), exact_us_per_query=exact_us
     )

@@ -29,10 +29,18 @@ from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
 from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
-from spladekit.experiments.sweep import BASELINES_DIR, RUN_FILE, read_evaluation, read_run_record
+from spladekit.experiments.sweep import (
+    BASELINES_DIR,
+    PLAN_FILE,
+    RUN_FILE,
+    baseline_names,
+    read_evaluation,
+    read_run_record,
+)
 from spladekit.training.monitors import read_metrics
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 SUITE_COLUMNS = (
@@ -65,7 +73,9 @@ def collect(directory: str | Path) -> list[dict]:
     Every file is read strictly (``read_run_record``, ``EvaluationResult.from_dict``, ``read_metrics``):
     a damaged one is an error naming it, before anything is written."""
     directory = Path(directory)
-    if not list((directory / "runs").glob(f"*/{RUN_FILE}")):
+    if not run_folders(directory):
+        if (directory / PLAN_FILE).is_file():  # a sweep whose workers have not finished starting anything
+            raise SpladekitError(f"{directory}: no run or baseline of {PLAN_FILE} has started yet: nothing to report")
         raise SpladekitError(f"{directory}: no runs/*/{RUN_FILE}: not a sweep folder (see `spladekit sweep`)")
     rows = []
     for run_dir in run_folders(directory):
@@ -259,7 +269,8 @@ def markdown(
     summary: dict,
     command: str | None,
     tests: list[PairedTest] | None = None,
-    missing: Sequence[str] = (),
+    missing: Sequence[dict] = (),
+    planned: int = 0,
 ) -> str:
     columns = _columns(rows)
     out = io.StringIO()
@@ -267,7 +278,12 @@ def markdown(
     if command:
         out.write(f"Produced by: `{command}`\n\n")
     if missing:
-        out.write(f"**Partial grid: {len(missing)} planned run(s) not finished:** {', '.join(missing)}\n\n")
+        verb = "has" if len(missing) == 1 else "have"
+        out.write(f"**Partial grid: {len(missing)} of the {planned} planned runs {verb} no result:**\n\n")
+        for item in missing:
+            status = "not run" if item["status"] is None else f"{item['status']}, unfinished"
+            out.write(f"- {'baseline ' if item['baseline'] else ''}{item['run']}: {status}\n")
+        out.write("\n")
     out.write("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n")
     for row in rows:
         out.write("| " + " | ".join(_format(row.get(column), column) for column in columns) + " |\n")
@@ -331,6 +347,12 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
+def _legend(axis: Axes) -> None:
+    """The axis' legend, when something on it has a label (matplotlib warns about an empty one)."""
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(fontsize=7)
+
+
 def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     import matplotlib
 
@@ -343,7 +365,9 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     backbones = list(dict.fromkeys(row["backbone"] for row in rows))
     written = []
 
-    figure, axes = plt.subplots(1, len(backbones), figsize=(4.5 * len(backbones), 3.6), squeeze=False)
+    # one panel per trained backbone; one empty panel while only baselines have finished (a partly run grid)
+    panels = max(1, len(backbones))
+    figure, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.6), squeeze=False)
     for axis, backbone in zip(axes[0], backbones):
         for row in rows:
             if row["backbone"] != backbone:
@@ -359,7 +383,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
         axis.set_xlabel("step")
         axis.set_ylabel("training loss")
         axis.set_yscale("symlog")
-        axis.legend(fontsize=7)
+        _legend(axis)
     written.append(_save(figure, plots / "loss_curves.png"))
 
     metric = primary_metric(rows)
@@ -393,7 +417,7 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     axis.set_xscale("log")
     axis.set_xlabel("retrieval FLOPS (Σ_v p_q(v)·p_d(v), mean over collections)")
     axis.set_ylabel(metric or "effectiveness")
-    axis.legend(fontsize=7)
+    _legend(axis)
     written.append(_save(figure, plots / "effectiveness_vs_flops.png"))
 
     figure, axis = plt.subplots(figsize=(5.5, 4))
@@ -407,20 +431,41 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
     axis.set_yscale("log", base=2)
     axis.set_xlabel("initial ‖W_head‖_F")
     axis.set_ylabel("k (o: best, x: auto-k)")
-    axis.legend(fontsize=7)
+    _legend(axis)
     written.append(_save(figure, plots / "head_norm_vs_best_k.png"))
     return written
 
 
-def unfinished_runs(directory: Path, rows: list[dict]) -> list[str]:
-    """The runs ``plan.json`` lists that have no finished ``run.json`` (a partly run grid: workers still running,
-    or some failed); empty for a folder without a plan."""
-    plan_path = directory / "plan.json"
+def planned_runs(directory: Path) -> tuple[list[str], list[str]]:
+    """(baselines, trained runs) that ``plan.json`` lists; both empty for a folder without a plan. A plan written
+    before it listed the baselines names them through the sweep it records."""
+    plan_path = directory / PLAN_FILE
     if not plan_path.is_file():
-        return []
-    planned = expect(read_json(plan_path, dict).get("runs"), list, "'runs'", plan_path)
-    done = {row["run"] for row in rows if row.get("status") == "done"}
-    return [name for name in planned if name not in done]
+        return [], []
+    plan = read_json(plan_path, dict)
+    runs = expect(plan.get("runs"), list, "'runs'", plan_path)
+    if "baselines" in plan:
+        baselines = expect(plan["baselines"], list, "'baselines'", plan_path)
+    else:
+        sweep = expect(plan.get("sweep", {}), dict, "'sweep'", plan_path)
+        backbones = expect(sweep.get("backbones", []), list, "'sweep.backbones'", plan_path)
+        names = [expect(item, dict, "a 'sweep.backbones' entry", plan_path).get("name") for item in backbones]
+        baselines = baseline_names(expect(sweep.get("baselines", []), list, "'sweep.baselines'", plan_path), names)
+    for name in [*baselines, *runs]:
+        expect(name, str, "a planned run", plan_path)
+    return baselines, runs
+
+
+def unfinished_runs(rows: list[dict], baselines: list[str], runs: list[str]) -> list[dict]:
+    """Every planned run (:func:`planned_runs`) without a finished result (a partly run grid: workers still
+    running, some failed, a baseline never run), the baselines first: ``{"run", "baseline", "status"}`` (status:
+    that of its ``run.json``, None when it never started)."""
+    status = {row["run"]: row.get("status") for row in rows}
+    return [
+        {"run": name, "baseline": name in baselines, "status": status.get(name)}
+        for name in [*baselines, *runs]
+        if status.get(name) != "done"
+    ]
 
 
 def build_report(directory: str | Path, command: str | None = None, contrasts: Iterable[str] = ()) -> dict:
@@ -439,14 +484,15 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
         )
     summary = best_k(rows)
     tests = paired_tests(directory, rows, summary, pairs)
-    missing = unfinished_runs(directory, rows)
+    baselines, runs = planned_runs(directory)
+    unfinished = unfinished_runs(rows, baselines, runs)
     columns = _columns(rows)
     with atomic_file(directory / "results.csv") as stream:
         writer = csv.DictWriter(stream, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     with atomic_file(directory / "results.md") as stream:
-        stream.write(markdown(rows, summary, command, tests, missing))
+        stream.write(markdown(rows, summary, command, tests, unfinished, len(baselines) + len(runs)))
     plots = plot(directory, rows, summary)
     return {
         "rows": len(rows),
@@ -455,5 +501,6 @@ def build_report(directory: str | Path, command: str | None = None, contrasts: I
         "plots": [str(p) for p in plots],
         "best": summary,
         "paired_tests": [test.to_dict() for test in tests],
-        "missing_runs": missing,
+        "missing_runs": [item["run"] for item in unfinished],  # the baselines first
+        "missing_baselines": [item["run"] for item in unfinished if item["baseline"]],
     }

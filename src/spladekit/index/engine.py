@@ -9,9 +9,6 @@ query is asked again with twice the limit until the tie is resolved (:func:`tie_
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,26 +39,6 @@ class EngineFiles:
     @classmethod
     def stored_files(cls, params: dict) -> tuple[str, ...]:
         return () if params.get(cls.SERVER_PARAM) else (DOCUMENTS_FILE,)
-
-
-def scratch_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A private temporary folder for an embedded engine's own files, named ``PREFIX<pid>-…``. The folders of
-    processes that no longer exist (a ``kill -9`` skips ``close``) are removed first."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
-        owner = folder.name[len(prefix) :].split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
-            shutil.rmtree(folder, ignore_errors=True)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 # query rows, limit -> per row: (document rows, scores) in any order

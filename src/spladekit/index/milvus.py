@@ -1,9 +1,9 @@
 """Milvus backend: documents as sparse vectors in a Milvus collection, searched through ``pymilvus``.
 
 One client code path, ``MilvusClient(uri=…)``: unset ``uri`` runs Milvus Lite (``milvus-lite``, an
-embedded engine, in a private temporary folder); ``uri=http://host:19530`` talks to a Milvus standalone or
-distributed deployment (or Zilliz Cloud), with the token from ``$MILVUS_TOKEN``. The collection has the
-primary key ``row`` (INT64, the document row, so hits come back as rows), a ``SPARSE_FLOAT_VECTOR``
+embedded engine, in a private scratch folder, :mod:`spladekit.common.scratch`); ``uri=http://host:19530`` talks
+to a Milvus standalone or distributed deployment (or Zilliz Cloud), with the token from ``$MILVUS_TOKEN``. The
+collection has the primary key ``row`` (INT64, the document row, so hits come back as rows), a ``SPARSE_FLOAT_VECTOR``
 field with a ``SPARSE_INVERTED_INDEX`` and metric ``IP`` (score = Σ_v q_v·d_v), and, when ids are given,
 ``doc_id`` (VARCHAR). Milvus Lite 3.2 scores exactly (term-at-a-time accumulation, ``TAAT_NAIVE``; it
 refuses ``drop_ratio_search`` ≠ 0); a server's inverted index defaults to ``DAAT_MAXSCORE`` (rank-safe
@@ -14,14 +14,14 @@ more hits (:mod:`spladekit.index.engine`) up to Milvus's limit of 16,384 hits pe
 Saved index (``save``): for a server, only the connection (uri, collection, field; never the token); for
 Milvus Lite, the document matrix (``documents.npz``, scipy, no pickle) from which ``load`` rebuilds the
 collection. Milvus Lite's own folder (a WAL, Parquet segments, a lock file, rewritten while it is open)
-is not a file that an index folder's checksums can verify, so it stays in the temporary folder.
+is not a file that an index folder's checksums can verify, so it stays in the scratch folder.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -31,8 +31,9 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from spladekit.common.errors import SpladekitError
+from spladekit.common.scratch import Scratch, scratch_folder
 from spladekit.index.base import Searcher, SearchResult, check_documents
-from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, scratch_folder, tie_resolved_top_k
+from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param
 
 if TYPE_CHECKING:
@@ -93,7 +94,6 @@ def _sparse_rows(vectors: sp.csr_matrix, start: int, end: int) -> list[dict[int,
     ]
 
 
-LITE_PREFIX = "spladekit-milvus-"  # + the owner's pid: a folder whose owner is gone is swept by the next build
 LITE_DATABASE = "milvus.db"
 
 
@@ -111,7 +111,7 @@ class MilvusSearcher(EngineFiles, Searcher):
             str,
             None,
             f"Milvus server, e.g. http://localhost:19530 (token: ${TOKEN_VARIABLE}); unset: "
-            "embedded Milvus Lite in a temporary folder",
+            "embedded Milvus Lite in a scratch folder",
         ),
         Param("batch_size", int, 1000, "documents per insert request", minimum=1),
         Param("recreate", bool, False, "replace an existing collection of that name"),
@@ -124,7 +124,7 @@ class MilvusSearcher(EngineFiles, Searcher):
         n_docs: int,
         params: dict,
         documents: sp.csr_matrix | None = None,
-        folder: tempfile.TemporaryDirectory | None = None,
+        folder: Scratch | None = None,
     ) -> None:
         self.client = client
         self.vocab_size, self.n_docs = vocab_size, n_docs
@@ -132,7 +132,7 @@ class MilvusSearcher(EngineFiles, Searcher):
         self.where = self.uri or "embedded Milvus Lite"
         self.params = params
         self.documents = documents  # Milvus Lite only: saved instead of its database folder
-        self.folder = folder  # Milvus Lite's temporary folder (removed by close, or when garbage-collected)
+        self.folder = folder  # Milvus Lite's scratch folder (removed by close, or when garbage-collected)
 
     @classmethod
     def check_params(cls, values: dict, role: str = "build") -> dict:
@@ -140,6 +140,15 @@ class MilvusSearcher(EngineFiles, Searcher):
         checked = super().check_params(values, role)
         check_uri(checked.get("uri"))
         return checked
+
+    @classmethod
+    def check_prerequisites(cls, params: dict) -> None:
+        """pymilvus and, unless ``uri`` names a server, milvus-lite (found, not imported: it starts nothing yet)."""
+        _pymilvus()
+        if not params.get("uri") and importlib.util.find_spec("milvus_lite") is None:
+            raise SpladekitError(
+                "embedded Milvus Lite needs milvus-lite: pip install 'spladekit[milvus]', or set uri= to a server"
+            )
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -162,8 +171,13 @@ class MilvusSearcher(EngineFiles, Searcher):
             raise SpladekitError(f"Milvus stores ids of at most {MAX_ID_LENGTH} bytes")
         folder = None
         if params["uri"] is None:
-            folder = scratch_folder(LITE_PREFIX)
-            client = connect(str(Path(folder.name) / LITE_DATABASE))
+            _pymilvus()  # not installed: said before the scratch folder is made
+            folder = scratch_folder("milvus")
+            try:
+                client = connect(str(folder.path / LITE_DATABASE))
+            except BaseException:
+                folder.cleanup()
+                raise
         else:
             client = connect(params["uri"], token)
         searcher = cls(
@@ -175,9 +189,13 @@ class MilvusSearcher(EngineFiles, Searcher):
             folder=folder,
         )
         searcher.doc_ids = doc_ids
-        with engine_errors("Milvus", searcher.where, _errors()):
-            searcher._create_collection(params["recreate"], with_ids=doc_ids is not None)
-            searcher._insert(documents, params["batch_size"], show_progress)
+        try:
+            with engine_errors("Milvus", searcher.where, _errors()):
+                searcher._create_collection(params["recreate"], with_ids=doc_ids is not None)
+                searcher._insert(documents, params["batch_size"], show_progress)
+        except BaseException:
+            searcher.close()
+            raise
         return searcher
 
     def _create_collection(self, recreate: bool, with_ids: bool) -> None:
@@ -274,11 +292,12 @@ class MilvusSearcher(EngineFiles, Searcher):
         )
 
     def close(self) -> None:
-        """Release the client and remove Milvus Lite's temporary folder. Milvus Lite's in-process server is
+        """Release the client and remove Milvus Lite's scratch folder. Milvus Lite's in-process server is
         stopped first: it would otherwise write its database back into the folder at exit (atexit)."""
         self.client.close()
         if self.folder is not None:
             from milvus_lite.server_manager import server_manager_instance
 
-            server_manager_instance.release_server(str(Path(self.folder.name) / LITE_DATABASE))
+            server_manager_instance.release_server(str(self.folder.path / LITE_DATABASE))
             self.folder.cleanup()
+            self.folder = None

@@ -1,8 +1,10 @@
 """Qdrant backend: documents as sparse vectors in a Qdrant collection, searched by Qdrant's engine.
 
 Embedded by default: **Qdrant Edge** (``qdrant-edge-py``), Qdrant's Rust engine in-process, in a private
-temporary folder (or in the folder ``path=`` names, which then holds a shard that ``qdrant_edge.EdgeShard.load``
-opens); with ``url=``, a Qdrant server or cluster through ``qdrant-client``. Both run the same searcher: a
+scratch folder (:mod:`spladekit.common.scratch`), or in the folder ``path=`` names, which then holds a shard that
+``qdrant_edge.EdgeShard.load`` opens: an output like any other (:func:`spladekit.common.atomic.open_output`: a new
+folder, built beside it and swapped in complete; ``recreate`` replaces only a shard folder spladekit wrote); with
+``url=``, a Qdrant server or cluster through ``qdrant-client``. Both run the same searcher: a
 collection of one named sparse vector per point, built with the same parameters (``modifier``, ``datatype``),
 filled and queried batch by batch; only the engine object differs (:class:`_Edge`, :class:`_Server`). Point ids
 are the document row numbers, so results come back as row numbers directly; the document id (when given) is in
@@ -25,7 +27,6 @@ checksums could not verify).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,15 +34,16 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from spladekit.common.atomic import open_output
 from spladekit.common.errors import SpladekitError
+from spladekit.common.scratch import Scratch, scratch_folder
 from spladekit.index.base import Searcher, SearchResult, check_documents
-from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, scratch_folder, tie_resolved_top_k
+from spladekit.index.engine import DOCUMENTS_FILE, EngineFiles, engine_errors, tie_resolved_top_k
 from spladekit.index.params import Param
 
 DEFAULT_COLLECTION = "spladekit"
 DEFAULT_VECTOR = "splade"
 API_KEY_VARIABLE = "QDRANT_API_KEY"
-EDGE_PREFIX = "spladekit-qdrant-"  # + the owner's pid: a folder whose owner is gone is swept by the next build
 DATATYPES = ("float32", "float16", "uint8")
 MODIFIERS = ("none", "idf")
 
@@ -83,7 +85,8 @@ class _EdgeFailure(SpladekitError):
 
 
 class _Edge:
-    """Qdrant Edge: one shard (a shard is one collection) in ``folder``."""
+    """Qdrant Edge: one shard (a shard is one collection) in ``folder``, a new one (a scratch folder, or an output's
+    staging: what was there before is the output's business, see :meth:`QdrantSearcher.build`)."""
 
     errors: tuple[type[BaseException], ...] = (_EdgeFailure,)
 
@@ -93,10 +96,6 @@ class _Edge:
 
     def create(self, recreate: bool, modifier: str, datatype: str) -> None:
         edge = self.edge
-        if (self.folder / "segments").exists():
-            if not recreate:
-                raise SpladekitError(f"a Qdrant Edge shard already exists in {self.folder} (recreate it to replace)")
-            shutil.rmtree(self.folder)
         params = edge.EdgeSparseVectorParams(
             modifier=edge.Modifier.Idf if modifier == "idf" else None,
             datatype=getattr(edge.VectorStorageDatatype, datatype.capitalize()),
@@ -123,6 +122,11 @@ class _Edge:
     def finish(self) -> None:
         """Run the optimizer once every point is in (see ``create``)."""
         _edge_call(self.shard.optimize)
+
+    def move(self, folder: Path) -> None:
+        """Open the shard again in ``folder``, where its files were moved once it was closed."""
+        self.folder = folder
+        self.shard = _edge_call(self.edge.EdgeShard.load, str(folder))
 
     def query(self, queries: sp.csr_matrix, rows: list[int], limit: int) -> Hits:
         edge = self.edge
@@ -245,6 +249,11 @@ class QdrantSearcher(EngineFiles, Searcher):
         Param("modifier", str, "none", "idf: Qdrant multiplies each query weight by its term's IDF", choices=MODIFIERS),
     )
 
+    @classmethod
+    def check_prerequisites(cls, params: dict) -> None:
+        """qdrant-client for a server (``url``), else qdrant-edge-py (the embedded engine)."""
+        _qdrant_client() if params.get("url") else _qdrant_edge()
+
     def __init__(
         self,
         engine: _Edge | _Server,
@@ -252,7 +261,7 @@ class QdrantSearcher(EngineFiles, Searcher):
         n_docs: int,
         params: dict,
         documents: sp.csr_matrix | None = None,
-        folder: Any = None,
+        folder: Scratch | None = None,
     ) -> None:
         self.engine = engine
         self.vocab_size, self.n_docs = vocab_size, n_docs
@@ -260,7 +269,7 @@ class QdrantSearcher(EngineFiles, Searcher):
         self.where = self.url or "embedded (Qdrant Edge)"
         self.params = params
         self.documents = documents  # embedded only: what the saved index rebuilds the shard from
-        self.folder = folder  # the temporary folder of an embedded shard, removed by close()
+        self.folder = folder  # the scratch folder of an embedded shard, removed by close()
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -273,22 +282,26 @@ class QdrantSearcher(EngineFiles, Searcher):
         **params: Any,
     ) -> QdrantSearcher:
         """Upload ``documents`` (CSR, n × V) into ``collection`` of the server at ``url``, else into an embedded
-        Qdrant Edge shard (in ``path`` when given, kept there; else a temporary folder). ``recreate`` replaces an
-        existing collection (or shard)."""
+        Qdrant Edge shard: in ``path`` when given (an output: checked before any work, built beside it, swapped in
+        complete, kept there; the searcher then uses it there), else a scratch folder. ``recreate`` replaces an
+        existing collection, or a shard folder that spladekit wrote (never a folder of other files)."""
         params = cls.defaults() | cls.check_params(params)
         documents = check_documents(documents)
         documents.sort_indices()  # Qdrant wants sorted sparse indices
         if doc_ids is not None and len(doc_ids) != documents.shape[0]:
             raise SpladekitError(f"{documents.shape[0]} document vectors but {len(doc_ids)} ids")
-        url, folder = params["url"], None
+        url, folder, output, kept = params["url"], None, None, None
         engine: _Edge | _Server
         if url is not None:
             engine = _Server(url, params["collection"], params["vector_name"], api_key)
         elif path is not None:
-            engine = _Edge(Path(path), params["vector_name"])
+            _qdrant_edge()  # not installed: said before the output is opened
+            output = open_output(path, folder=True, overwrite=params["recreate"], option="recreate=True")
+            engine = kept = _Edge(output.staging, params["vector_name"])
         else:
-            folder = scratch_folder(EDGE_PREFIX)
-            engine = _Edge(Path(folder.name) / "shard", params["vector_name"])
+            _qdrant_edge()
+            folder = scratch_folder("qdrant")
+            engine = _Edge(folder.path / "shard", params["vector_name"])
         searcher = cls(
             engine,
             documents.shape[1],
@@ -306,8 +319,13 @@ class QdrantSearcher(EngineFiles, Searcher):
                         documents, range(start, min(start + params["batch_size"], documents.shape[0])), doc_ids
                     )
                 engine.finish()
+                if output is not None and kept is not None:  # complete: swapped into place, opened there
+                    kept.close()
+                    kept.move(Path(output.commit()))
         except BaseException:
             searcher.close()
+            if output is not None:
+                output.discard()
             raise
         return searcher
 
@@ -342,7 +360,7 @@ class QdrantSearcher(EngineFiles, Searcher):
         return cls.build(documents, **kept)
 
     def close(self) -> None:
-        """Release the engine (an embedded shard is flushed and closed) and remove the temporary folder."""
+        """Release the engine (an embedded shard is flushed and closed) and remove the scratch folder."""
         self.engine.close()
         if self.folder is not None:
             self.folder.cleanup()

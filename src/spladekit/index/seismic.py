@@ -15,12 +15,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from spladekit.common.errors import InputError
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.sparse import best_first
 from spladekit.index.base import Searcher, SearchResult, check_documents
 from spladekit.index.params import Param
@@ -70,6 +71,15 @@ PARAMS = (
 )
 
 
+def _seismic() -> ModuleType:
+    """The ``seismic`` module of pyseismic-lsr, or one line naming what to install."""
+    try:
+        import seismic
+    except ImportError:
+        raise SpladekitError("the seismic backend needs pyseismic-lsr: pip install 'spladekit[index]'") from None
+    return seismic
+
+
 @contextlib.contextmanager
 def _stdout_to_stderr() -> Iterator[None]:
     """Seismic prints progress on the process's stdout; keep stdout clean for --json output."""
@@ -96,9 +106,12 @@ class SeismicSearcher(Searcher):
         self.params = params
 
     @classmethod
-    def build(cls, documents: sp.csr_matrix, **params: Any) -> SeismicSearcher:
-        import seismic
+    def check_prerequisites(cls, params: dict) -> None:
+        _seismic()
 
+    @classmethod
+    def build(cls, documents: sp.csr_matrix, **params: Any) -> SeismicSearcher:
+        seismic = _seismic()
         params = cls.defaults() | cls.check_params(params)
         documents = check_documents(documents)
         documents.sort_indices()
@@ -119,8 +132,7 @@ class SeismicSearcher(Searcher):
 
     def search(self, queries: sp.csr_matrix, k: int = 10, **params: Any) -> SearchResult:
         """``params``: query_cut, heap_factor, num_threads (default: the index's)."""
-        import seismic
-
+        seismic = _seismic()
         settings = self.search_settings(params)
         k = self.result_size(k)
         queries = self.check_queries(queries)
@@ -160,8 +172,7 @@ class SeismicSearcher(Searcher):
 
     @classmethod
     def read_files(cls, folder: Path, manifest: dict) -> SeismicSearcher:
-        import seismic
-
+        seismic = _seismic()
         try:
             index = seismic.SeismicIndex.load(str(folder / INDEX_FILE))
         except OSError as error:

@@ -9,10 +9,10 @@ is listed and that every listed file has its recorded size and checksum; any mis
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from spladekit.common.checksums import sha256_file
 from spladekit.common.errors import InputError
 from spladekit.common.lines import describe, expect
 
@@ -20,14 +20,6 @@ FORMAT = "spladekit-index"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 IDS_FILE = "ids.json"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_manifest(staging: Path, backend: str, vocab_size: int, n_docs: int, params: dict, meta: dict | None) -> None:
@@ -49,9 +41,11 @@ def write_manifest(staging: Path, backend: str, vocab_size: int, n_docs: int, pa
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
 
 
-def read_manifest(path: str | Path) -> dict:
+def read_manifest(path: str | Path, verify_files: bool = True) -> dict:
     """The verified manifest of an index folder: format and version, the type of every field, and the
-    size and sha256 of every listed file (``ids.json``, when present, must be listed)."""
+    size and sha256 of every listed file (``ids.json``, when present, must be listed). ``verify_files=False``
+    stops before hashing the files: enough to learn the backend and its parameters (what opening the index
+    needs installed) before reading gigabytes; the loading backend verifies them."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if not path.is_dir() or not manifest_path.is_file():
@@ -80,6 +74,8 @@ def read_manifest(path: str | Path) -> dict:
         _check_entry(name, expected, manifest_path)
     if (path / IDS_FILE).is_file() and IDS_FILE not in files:
         raise InputError(f"{IDS_FILE} is not listed in the manifest, so it cannot be verified", manifest_path)
+    if not verify_files:
+        return manifest
     for name, expected in files.items():
         item = path / name
         if not item.is_file():

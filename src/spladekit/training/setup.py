@@ -15,7 +15,7 @@ from typing import Literal, cast
 import numpy as np
 import torch
 
-from spladekit.common.atomic import atomic_file, check_new_output
+from spladekit.common.atomic import atomic_file, check_new_output, mark_output
 from spladekit.common.errors import SpladekitError
 from spladekit.common.lines import read_json
 from spladekit.data.training import TrainingSet
@@ -170,8 +170,10 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
 
 
 def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
-    """The fully resolved config; resolved ``rescale.k/mode: auto`` values are noted at the top."""
+    """The fully resolved config (the run's first file); resolved ``rescale.k/mode: auto`` values are noted at the
+    top. The run's folder is created here, marked as spladekit's (a later ``--overwrite`` may replace it)."""
     output.mkdir(parents=True, exist_ok=True)
+    mark_output(output)
     note = "".join(
         f"# rescale.{key} was 'auto': resolved to {getattr(config.rescale, key)} (spladekit.model.rescaling)\n"
         for key in record.auto

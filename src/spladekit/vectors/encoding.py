@@ -35,7 +35,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from spladekit.common.atomic import check_new_output, open_in_place, open_output
+from spladekit.common.atomic import check_new_output, mark_output, open_in_place, open_output
 from spladekit.common.devices import resolve_device
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sparse import check_max_active_dims, nnz_per_row
@@ -212,8 +212,9 @@ def _check_rows(found: int, expected: int, index: int) -> None:
 
 def _check_output(output: Path, resume: bool, overwrite: bool, several: bool) -> None:
     """Before any work: what ``output`` may hold for this run (see ``spladekit encode --help``)."""
-    check_new_output(output, overwrite=True, folder=True)  # a file in the way is never accepted
-    if overwrite or not output.exists() or not any(output.iterdir()):
+    if overwrite or not output.is_dir() or not any(output.iterdir()):
+        # a file in the way is never accepted; --overwrite replaces only a folder spladekit wrote
+        check_new_output(output, overwrite=overwrite, folder=True)
         return
     if not is_sharded(output):
         if resume:
@@ -365,6 +366,7 @@ def _encode(
             output.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise SpladekitError(f"{output}: cannot write here: {error.strerror or error}") from None
+        mark_output(output)  # written in place: spladekit's own, so a later --overwrite may replace it
         result.encoded, result.reused = write_shards(
             output, encoder, documents, plan, selection, resume, batch_size, show_progress
         )
