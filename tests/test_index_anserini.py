@@ -167,7 +167,7 @@ def test_cli_index_and_search_write_the_brute_force_run(tied, tmp_path, cli):
     made = cli("index", tmp_path / "vectors", "-o", tmp_path / "index", "--backend", "anserini", "--json")
     assert made.returncode == 0, made.stderr
     scale = json.loads(made.stdout)["params"]["scale"]
-    assert scale == impact_scale(float(documents.data.max())) == 136_000  # the default: derived, recorded
+    assert scale == impact_scale(float(documents.data.max())) == 68_200  # the default: derived, recorded
     found = cli(
         "search", tmp_path / "index", "--query-vectors", tmp_path / "queries", "--hits", "10", "-o", tmp_path / "run"
     )

@@ -124,8 +124,8 @@ def test_documents_too_light_for_the_scale_are_refused_and_the_default_scale_fit
     ):
         PisaSearcher.build(light, scale=100)
     assert PisaSearcher.build(light, scale=1000).search(light[:1], k=3).doc_indices.tolist() == [[0, 1, 2]]
-    derived = PisaSearcher.build(light)  # the default scale comes from the weights: 4096 / 0.004
-    assert derived.params["scale"] == impact_scale(float(light.data.max())) == 1_020_000
+    derived = PisaSearcher.build(light)  # the default scale comes from the weights: 2048 / 0.004
+    assert derived.params["scale"] == impact_scale(float(light.data.max())) == 511_000
     assert derived.search(light[:1], k=3).doc_indices.tolist() == [[0, 1, 2]]
 
 

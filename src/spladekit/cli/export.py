@@ -248,7 +248,7 @@ def export(
         help="Weights -> whole "
         "numbers round(w x SCALE); weights that round to 0 are "
         "dropped. ciff: the impacts (CIFF tf), default derived from "
-        "the vectors (4096 / the largest weight, as the pisa and "
+        "the vectors (2048 / the largest weight, as the pisa and "
         "anserini indexes); opensearch/"
         "elasticsearch: default none (float weights).",
     ),

@@ -33,7 +33,7 @@ log = logging.getLogger("spladekit")
 # lost most of its postings, e.g. --quantization-scale 1e-6), above WARNED it is written with a warning.
 ROUNDED_AWAY_REFUSED = 0.5
 ROUNDED_AWAY_WARNED = 0.01
-IMPACT_LEVELS = 4096  # integer levels the default impact scale gives the largest document weight (12 bits)
+IMPACT_LEVELS = 2048  # integer levels the default impact scale gives the largest document weight (11 bits)
 
 
 def impact_scale(max_document_weight: float, levels: int = IMPACT_LEVELS) -> float:
