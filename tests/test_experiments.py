@@ -685,7 +685,7 @@ def test_two_workers_needing_one_inflated_backbone_build_it_once(tmp_path, monke
 
     def worker():
         try:
-            results.append(sweep_module.prepare_backbone(spec, tmp_path / "out"))
+            results.append(sweep_module.prepare_backbone(spec, tmp_path / "out", sweep))
         except Exception as error:  # what a worker would exit with
             errors.append(error)
 
@@ -696,3 +696,31 @@ def test_two_workers_needing_one_inflated_backbone_build_it_once(tmp_path, monke
         thread.join()
     assert not errors and len(results) == 2 and results[0] == results[1] and builds == [1]
     assert (tmp_path / "out" / "backbones" / spec.name / "config.json").is_file()
+
+
+def test_the_backbone_reports_auto_k_is_the_k_an_auto_cell_trains_with(tmp_path, monkeypatch):
+    """prepare_backbone diagnoses what `rescale.k: auto` diagnoses in training (the first auto_pairs training pairs
+    at doc_max_length); it diagnosed the 12 built-in pairs at 256 tokens, so the report's auto_k was another k."""
+    import spladekit.experiments.sweep as sweep_module
+    from spladekit.data.training import load_training_set
+    from spladekit.model.encoder import SparseEncoder
+    from spladekit.model.rescaling import resolve_rescale
+    from spladekit.training.config import config_from_dict
+
+    monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
+    sweep = load_sweep(write_sweep(tmp_path))
+    spec = sweep.backbones[1]  # the inflated one: its k is not 1
+    seen = []
+    diagnose = sweep_module.diagnose
+    monkeypatch.setattr(
+        sweep_module, "diagnose", lambda *args, **kwargs: seen.append((args, kwargs)) or diagnose(*args, **kwargs)
+    )
+    path, initial = sweep_module.prepare_backbone(spec, tmp_path / "out", sweep)
+    recipe = config_from_dict(
+        sweep_module._run_values(sweep, spec, sweep_module.Cell(spec.name, "auto", "auto"), path), "t"
+    )
+    pairs = load_training_set(recipe.data).pairs(recipe.rescale.auto_pairs)
+    ((args, kwargs),) = seen
+    assert list(args[1]) == list(pairs) and kwargs["max_length"] == recipe.data.doc_max_length == 16
+    trained_with = resolve_rescale(SparseEncoder.from_pretrained(path), "auto", "auto", pairs=pairs, max_length=16)
+    assert initial["recommended_k"] == trained_with.k

@@ -43,6 +43,7 @@ from spladekit.common.lines import expect, read_json
 from spladekit.common.schema import MAX_SEED, MIN_TOKEN_LIMIT, build_dataclass, declared
 from spladekit.common.sources import is_local, is_local_model
 from spladekit.data.suites import SUITES
+from spladekit.data.training import load_training_set
 from spladekit.evaluation.evaluate import evaluate_data
 from spladekit.evaluation.result import EvaluationResult
 from spladekit.experiments.inflate import inflate
@@ -379,8 +380,11 @@ def _write_json(path: Path, payload: dict) -> None:
         stream.write(json.dumps(payload, indent=2, default=str) + "\n")
 
 
-def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
-    """The folder/id to train from (an inflated variant is built once) and its initial head report."""
+def prepare_backbone(spec: BackboneSpec, output: Path, sweep: SweepConfig) -> tuple[str, dict]:
+    """The folder/id to train from (an inflated variant is built once) and its initial head report, diagnosed on
+    what ``rescale.k: auto`` diagnoses in training (:func:`spladekit.training.setup.initial_encoder`): the first
+    ``rescale.auto_pairs`` training pairs of this backbone's recipe at its ``doc_max_length``, mode ``auto``; so
+    the report's ``auto_k`` is the k an ``auto`` cell trains with (it diagnosed the 12 built-in pairs before)."""
     folder = output / "backbones" / spec.name
     report_path = output / "backbones" / f"{spec.name}.diagnose.json"
     path = spec.id
@@ -396,8 +400,10 @@ def prepare_backbone(spec: BackboneSpec, output: Path) -> tuple[str, dict]:
         build_once(folder, lambda target: (target / "config.json").is_file(), build, f"backbone {spec.name}")
         path = str(folder)
     if not report_path.is_file():
+        recipe = config_from_dict(_run_values(sweep, spec, Cell(spec.name, "auto", "auto"), path), "sweep recipe")
+        pairs = load_training_set(recipe.data).pairs(recipe.rescale.auto_pairs)
         encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
-        report = diagnose(encoder).to_dict() | {
+        report = diagnose(encoder, pairs, max_length=recipe.data.doc_max_length, mode="auto").to_dict() | {
             "inflate": spec.inflate,
             "inflate_mode": spec.inflate_mode,
             "source": spec.id,
@@ -502,7 +508,7 @@ def _run_cell(cell: Cell, sweep: SweepConfig, output: Path, device: str) -> dict
     if previous.get("status") == "done":
         log.info("%s: finished earlier, skipped", cell.name)
         return previous
-    path, initial = prepare_backbone(spec, output)
+    path, initial = prepare_backbone(spec, output, sweep)
     config = config_from_dict(_run_values(sweep, spec, cell, path), f"{cell.name} (sweep recipe)")
     record = {
         "run": cell.name,
@@ -639,7 +645,7 @@ def run_baseline(name: str, spec: BackboneSpec | None, sweep: SweepConfig, outpu
         record = {"run": name, "backbone": "bm25", "baseline": "bm25", "k": 1.0, "mode": "none"}
     else:
         with remote_code_hint(f"set trust_remote_code: true on backbone {spec.name!r} in the sweep file"):
-            path, initial = prepare_backbone(spec, output)
+            path, initial = prepare_backbone(spec, output, sweep)
             results = evaluate_model(path, sweep, spec.trust_remote_code, device)
         record = {
             "run": name,
