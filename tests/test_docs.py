@@ -84,3 +84,30 @@ def test_every_relative_link_in_the_docs_resolves():
             elif anchor and file.suffix == ".md" and anchor not in anchors(file):
                 broken.append(f"{page.relative_to(ROOT)}:{line}: {target} (no heading #{anchor})")
     assert len(pages) > 10 and not broken, "\n".join(broken)
+
+
+MEASURED = re.compile(r"\d(?:\.\d+)?\s*[x×](?![\w-])|\bthis (?:CPU|machine)\b|\bH200\b|\d+(?:\.\d+)? ?%")
+
+
+def test_help_texts_carry_no_measurements():
+    """Speeds and "this machine" belong in docs/benchmarks.md with their command and hardware; a --help text or a
+    config key's help stays true on every machine (it may link to the page)."""
+    import typer
+
+    import spladekit.cli
+    from spladekit.common.schema import declarations
+    from spladekit.training.config import TrainConfig
+
+    command = typer.main.get_command(spladekit.cli.app)
+    assert command.commands  # typer's own group class (not click's)
+    helps = [
+        (f"{name} {param.opts[0]}", getattr(param, "help", None) or "")
+        for name, sub in command.commands.items()
+        for param in sub.params
+    ]
+    helps += [(declaration.key, declaration.help) for declaration in declarations(TrainConfig)]
+    assert len(helps) > 200
+    found = [
+        f"{where}: {MEASURED.search(text)[0]!r} in {text[:80]!r}" for where, text in helps if MEASURED.search(text)
+    ]
+    assert not found, "\n".join(found)

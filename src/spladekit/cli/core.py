@@ -28,16 +28,15 @@ DEVICE = typer.Option(
 BF16 = typer.Option(
     False,
     "--bf16",
-    help="Encode under bf16 autocast (weights stay fp32): 3.4-5.5x the fp32 speed on an H200, not bit-identical "
-    "to fp32 (nDCG@10 parity measured on SciFact; docs/encoding.md); recorded with the vectors / result.",
+    help="Encode under bf16 autocast (weights stay fp32): faster where the hardware has bf16 matmuls (speed: "
+    "docs/benchmarks.md), not bit-identical to fp32 (parity: docs/encoding.md); recorded with the vectors / result.",
 )
 
 COMPILE = typer.Option(
     False,
     "--compile",
-    help="torch.compile the model's backbone with its weights frozen in (dynamic shapes; about 20 s of "
-    "compiling for a base-size model on 2 CPU cores, 0.5 GB more memory): the same vectors up to float rounding, "
-    "1.68x the encoding speed of BERT-base on a 2-core CPU once compiled (docs/benchmarks.md).",
+    help="torch.compile the model's backbone with its weights frozen in (dynamic shapes; compiling takes time and "
+    "memory first): the same vectors up to float rounding, faster once compiled (docs/benchmarks.md).",
 )
 
 
@@ -258,9 +257,9 @@ def encode(
     pooling: str = typer.Option(
         "auto",
         help="SPLADE head, the same vectors whichever: auto (fused-bf16 on CPUs with native bf16 matmuls, "
-        "AVX512-BF16 or AMX, where it measured 2.77x fused; else fused), fused (exact fp32), fused-bf16 (a bf16 "
-        "matmul screens the terms under a proven rounding-error bound, fp32 recomputes the rest: the same non-zero "
-        "set; 0.26x fused on an AVX2-only CPU, see docs/benchmarks.md), triton (CUDA kernels), fused-adaptive (as "
+        "AVX512-BF16 or AMX; else fused), fused (exact fp32), fused-bf16 (a bf16 matmul screens the terms under a "
+        "proven rounding-error bound, fp32 recomputes the rest: the same non-zero set), triton (CUDA kernels), "
+        "fused-adaptive (as "
         "fused when encoding) or naive (B x L x V logits).",
     ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,

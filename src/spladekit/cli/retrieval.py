@@ -301,7 +301,7 @@ def evaluate(
         "--dry-run",
         help="Evaluate nothing: print the estimated encode / index / "
         "search time and disk for DATA (a suite: each collection and the total) from a "
-        "short measurement on this machine (docs/evaluation.md). Reads no corpus, writes "
+        "short measurement on the machine it runs on (docs/evaluation.md). Reads no corpus, writes "
         "nothing (no --json-out, --run-dir or cache).",
     ),
     dry_run_sample: int = typer.Option(

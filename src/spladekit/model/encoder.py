@@ -238,7 +238,7 @@ class SparseEncoder(nn.Module):
     see ``pooling.screen_candidates``), ``"fused-adaptive"``, ``"triton"`` or ``"naive"`` (materializes B × L × V
     logits). ``bf16``: ``encode`` runs
     the backbone and head under bf16 autocast (:func:`spladekit.common.devices.autocast`; the weights stay fp32),
-    3.4-5.5× the fp32 speed on an H200 (docs/encoding.md) and not bit-identical to fp32: recorded where the
+    faster where the hardware has bf16 matmuls (docs/benchmarks.md) and not bit-identical to fp32: recorded where the
     vectors are (a sharded folder's plan, the evaluation cache key, an evaluation's provenance).
     """
 
@@ -413,13 +413,12 @@ class SparseEncoder(nn.Module):
         """Compile the backbone's forward in place with ``torch.compile`` (``nn.Module.compile``: the weights, their
         names and what ``save`` writes are unchanged), with dynamic shapes, so that one graph serves every batch
         shape; grad mode (training / encoding) and packed inputs (position ids) each add one graph. The head stays
-        eager. The first call of each graph compiles (measured for the frozen encode graph of BERT-base: about 20 s on 2
-        CPU cores, docs/benchmarks.md); the vectors equal the eager ones up to float rounding (tests/test_encoder.py).
+        eager. The first call of each graph compiles (its time: docs/benchmarks.md); the vectors equal the eager
+        ones up to float rounding (tests/test_encoder.py).
 
         ``frozen=True`` is for encoding only (``encode`` / ``evaluate`` ``--compile``): inductor's freezing folds the
-        linear layers' weights into the inference graph as constants (on a CPU prepacked for oneDNN), 1.57-1.68× the
-        eager encode of BERT-base on this CPU (docs/benchmarks.md), but a change to them afterwards is not seen: never
-        freeze a model that still trains."""
+        linear layers' weights into the inference graph as constants (on a CPU prepacked for oneDNN; speed:
+        docs/benchmarks.md), but a change to them afterwards is not seen: never freeze a model that still trains."""
         self.model.compile(dynamic=True)
         self._frozen = frozen
 

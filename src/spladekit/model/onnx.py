@@ -67,8 +67,8 @@ class _SpladeGraph(nn.Module):
 
     ``log(1 + relu(·))`` is non-decreasing, so the max over tokens of the activations is the activation of the max
     logit: the graph takes the max of the masked logits first and activates B × V numbers, not B × L × V, and it
-    projects onto the vocabulary a block of ``VOCAB_BLOCK`` terms at a time (measured on this CPU with splade-tiny:
-    the B × L × V logits at once made the graph ~30 % slower). The weights are the same numbers."""
+    projects onto the vocabulary a block of ``VOCAB_BLOCK`` terms at a time (the B × L × V logits at once made the
+    graph slower: docs/benchmarks.md). The weights are the same numbers."""
 
     def __init__(self, encoder: SparseEncoder, top_k: int | None):
         super().__init__()

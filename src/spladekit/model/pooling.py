@@ -113,9 +113,9 @@ def splade_max_pool_fused(
     ``dense_backward``: the backward follows the sparsity per vocabulary block of ``chunk_size`` terms. A block
     whose active (text, term) pairs fill at least this fraction of its B × chunk cells (early training) runs as two
     dense GEMMs in the forward's matmul dtype (bf16 under autocast: tensor cores); sparser blocks run as the sparse
-    products (:func:`_logit_products`). ``None`` (default): sparse products everywhere, the measured choice on
-    this CPU, where the dense GEMMs' L-fold FLOPs make them 3.6-15× slower (docs/benchmarks.md). Same gradients
-    either way, up to the GEMM dtype's rounding.
+    products (:func:`_logit_products`). ``None`` (default): sparse products everywhere, the choice measured on
+    CPUs, where the dense GEMMs' L-fold FLOPs cost more than they save (docs/benchmarks.md). Same gradients either
+    way, up to the GEMM dtype's rounding.
     """
     if chunk_size is None:
         chunk_size = default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
@@ -144,10 +144,8 @@ def splade_max_pool_auto(
 def bf16_screen_pays(device: torch.device) -> bool:
     """Whether the bf16 screen is the faster head on ``device``: a CPU with native bf16 matmuls (AVX512-BF16 or AMX).
 
-    Measured (docs/benchmarks.md, "On a CPU with native bf16"): on a 2-core AVX512-BF16 CPU the screen encoded a
-    trained splade-tiny at 2.77× and trained it at 1.81× the fp32 head (BERT-base: 1.09× at trained sparsity, 0.95-0.97×
-    with every term active); on an AVX2-only CPU its bf16 matmul was 4.3× slower than fp32 (0.26× encode), and on an
-    H200 the screened encode was 0.95-0.96× the fp32 one."""
+    The measurements behind the rule (native bf16 CPUs faster, AVX2-only CPUs and the H200 not) are in
+    docs/benchmarks.md, "On a CPU with native bf16"."""
     if device.type != "cpu":
         return False
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch's own; its public API has no bf16 probe

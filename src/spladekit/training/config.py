@@ -123,8 +123,8 @@ class OptimizationConfig:
     )
     compile: bool = declared(
         False,
-        "torch.compile the backbone (dynamic shapes; the first steps compile), the same model; measured slower on a "
-        "2-core CPU, not yet measured on a GPU",
+        "torch.compile the backbone (dynamic shapes; the first steps compile), the same model (speed: "
+        "docs/benchmarks.md)",
     )
     activation_checkpointing: int = declared(
         0,
