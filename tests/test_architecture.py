@@ -4,6 +4,7 @@ imports included), every module has its place in them, and the CLI's help loads 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,3 +137,30 @@ def test_cli_help_imports_neither_torch_nor_transformers():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "Usage" in done.stdout and done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def drawn_modules(page: Path) -> dict[str, list[str]]:
+    """docs/architecture.md's picture: each package's modules, in the order drawn (notes in parentheses dropped)."""
+    block = page.read_text().split("```", 2)[1]
+    drawn: dict[str, list[str]] = {}
+    package = None
+    for line in block.splitlines():
+        found = re.match(r"^ (\w+)/\s+(.*)$", line)
+        if found:
+            package, text = found.group(1), found.group(2)
+        elif package is not None:
+            text = line.replace("│", " ")
+        else:
+            continue
+        text = re.sub(r"\([^)]*\)?", "", text)  # notes, even one cut at the end of a line
+        for part in text.split("·"):
+            name = part.strip().split(" ")[0] if part.strip() else ""
+            if re.fullmatch(r"[a-z_0-9]+", name) and not re.match(r"^\s*\(", part):
+                drawn.setdefault(package, []).append(name)
+    return drawn
+
+
+def test_the_architecture_page_draws_every_module_of_layers_in_order():
+    drawn = drawn_modules(PACKAGE.parents[1] / "docs" / "architecture.md")
+    for package, modules in LAYERS:
+        assert drawn.get(package) == modules, f"docs/architecture.md, {package}/: {drawn.get(package)} != {modules}"
