@@ -18,14 +18,12 @@ negative) row numbers in flat int64 arrays: the build needs memory; the training
 The store is derived data, so :func:`open_store` trusts nothing it has not checked: a store that fails a check is
 a :class:`DamagedStore` (the cache rebuilds it), never data to train on. At every open: the manifest's own checksum,
 every file present with its recorded size, the tables' row counts and the arrays' dtypes, shapes and values
-(offsets start at 0, increase, end at the negatives' count; every row number in range; teacher arrays aligned).
-That costs a pass over the row-number arrays: 12 ms for 25M negatives (200 MB) from the page cache.
+(offsets start at 0, increase, end at the negatives' count; every row number in range; teacher arrays aligned):
+one pass over the row-number arrays, far cheaper than a checksum of the tables.
 
-The sha256 of the files is checked once per version of a file, not at every open. Hashing runs at ~1.7 GB/s on
-this development machine (an AMD EPYC with SHA extensions: 100 MiB in 59 ms, a 1M-row int64 array in 5 ms;
-measured with ``hashlib.sha256`` over 1 MiB blocks from the page cache): MS MARCO's ~3.3 GB store is ~2 s of CPU,
-more without SHA extensions or from a cold disk, paid by each of N ranks at every start and every run of a sweep,
-and it reads every page of the collection. So an open that has hashed a file records its stamp (size, mtime,
+The sha256 of the files is checked once per version of a file, not at every open: hashing a store of MS MARCO's
+size reads every page of its gigabytes, and would be paid by each of N ranks at every start and every run of a
+sweep. So an open that has hashed a file records its stamp (size, mtime,
 ctime, inode) in ``verified.json``; a later open hashes only the files whose stamp changed. Any change made
 through the file system moves the ctime, which programs cannot set (``touch``, ``rsync -t`` and ``cp -p`` restore
 the mtime only), and a copy has new inodes; a stamp less than two seconds old is not recorded, since a file

@@ -33,7 +33,6 @@ from spladekit.experiments.sweep import (
     BASELINES_DIR,
     PLAN_FILE,
     RUN_FILE,
-    baseline_names,
     read_evaluation,
     read_run_record,
 )
@@ -437,20 +436,13 @@ def plot(directory: Path, rows: list[dict], summary: dict) -> list[Path]:
 
 
 def planned_runs(directory: Path) -> tuple[list[str], list[str]]:
-    """(baselines, trained runs) that ``plan.json`` lists; both empty for a folder without a plan. A plan written
-    before it listed the baselines names them through the sweep it records."""
+    """(baselines, trained runs) that ``plan.json`` lists; both empty for a folder without a plan."""
     plan_path = directory / PLAN_FILE
     if not plan_path.is_file():
         return [], []
     plan = read_json(plan_path, dict)
     runs = expect(plan.get("runs"), list, "'runs'", plan_path)
-    if "baselines" in plan:
-        baselines = expect(plan["baselines"], list, "'baselines'", plan_path)
-    else:
-        sweep = expect(plan.get("sweep", {}), dict, "'sweep'", plan_path)
-        backbones = expect(sweep.get("backbones", []), list, "'sweep.backbones'", plan_path)
-        names = [expect(item, dict, "a 'sweep.backbones' entry", plan_path).get("name") for item in backbones]
-        baselines = baseline_names(expect(sweep.get("baselines", []), list, "'sweep.baselines'", plan_path), names)
+    baselines = expect(plan.get("baselines"), list, "'baselines'", plan_path)
     for name in [*baselines, *runs]:
         expect(name, str, "a planned run", plan_path)
     return baselines, runs

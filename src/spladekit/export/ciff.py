@@ -7,11 +7,10 @@ one ``DocRecord`` per document (``docid``, ``collection_docid``, ``doclength``).
 
 * **impacts**: ``tf = round(w × scale)`` (:func:`spladekit.common.sparse.quantize`; ``scale`` by default derived
   from the documents, :func:`spladekit.common.sparse.impact_scale`, as PISA and Anserini indexes built by spladekit
-  do: not the customary 100 of Anserini's SPLADE regressions and pyterrier-ciff, which lost up to 0.0032
-  nDCG@10 against float32, docs/results/impact-scale). A weight that rounds to 0 is dropped (it is
-  no posting, and ``df`` does not count it); every kept tf is an integer ≥ 1. The scale is recorded in the
-  header's ``description``. A dot product over the impacts is ``scale²`` × the float one up to rounding
-  (≤ 0.5/scale per weight), so rankings are kept up to that rounding.
+  do: not the customary 100 of Anserini's SPLADE regressions and pyterrier-ciff; docs/results/impact-scale). A
+  weight that rounds to 0 is dropped (it is no posting, and ``df`` does not count it); every kept tf is an integer
+  ≥ 1. The scale is recorded in the header's ``description``. A dot product over the impacts is ``scale²`` × the
+  float one up to rounding (≤ 0.5/scale per weight), so rankings are kept up to that rounding.
 * **terms**: the token string of each vocabulary id (the model's tokenizer), sorted by code point, which
   is UTF-8 byte order, the order of Lucene's ``BytesRef`` terms (Anserini's own CIFF exports list terms in
   that order); only terms with at least one posting get a postings list. Token strings must be unique and

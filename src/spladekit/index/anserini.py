@@ -10,7 +10,7 @@ each repeated q̂ times (Anserini's bag-of-words query counts the repetitions in
 to float32 (a relative 6·10⁻⁸, far below the quantization's 0.5 / scale per weight; two documents whose integer scores
 differ by less than that rounding then tie and are ordered by row). The scores returned are that sum / scale² ≈
 ``q · d``. The default scale is derived from the documents (:func:`spladekit.common.sparse.impact_scale`), not
-Anserini's customary 100, which lost up to 0.0032 nDCG@10 against float32 (docs/results/impact-scale).
+Anserini's customary 100 (why, and what it costs Anserini's build: docs/results/impact-scale).
 
 Ties: Anserini sorts equal scores by the document's id field (string order). Row r is the document ``%010d`` of r,
 so string order is row order and the top-k equals the exact top-k of the quantized vectors, ties by lower row
@@ -106,7 +106,7 @@ def find_java() -> str:
 @functools.cache
 def _java_major(java: str, modified: int) -> int | None:
     """The major version ``java -version`` reports (None: none found), asked once per binary (``modified``: its
-    mtime), since every command checks Java before its work and every Anserini run again (a JVM start: 0.2 s)."""
+    mtime), since every command checks Java before its work and every Anserini run again (each check starts a JVM)."""
     found = re.search(r'version "(\d+)', subprocess.run([java, "-version"], capture_output=True, text=True).stderr)
     return None if found is None else int(found.group(1))
 
@@ -149,7 +149,7 @@ def check_jar(jar: Path, named: str, fix: str) -> Path:
 @functools.cache
 def _jar_problem(jar: str, size: int, modified: int) -> str | None:
     """What is wrong with the jar (None: nothing), read once per version of the file (``size``, ``modified``): its
-    zip directory, 0.2 s for Anserini's 27,000 entries."""
+    zip directory (tens of thousands of entries), checked by every command that may run Anserini."""
     try:
         with zipfile.ZipFile(jar) as archive:
             names = set(archive.namelist())

@@ -6,10 +6,9 @@ Quantization (``scale``, recorded in the manifest): a document weight d_v become
 weights that round to 0 are dropped). PISA's ``quantized`` scorer ranks by ``Σ_v q̂_v · d̂_v`` (a query term
 of weight q̂ is passed as q̂ repetitions, which PISA counts into its query weight); the scores returned are
 ``Σ_v q̂_v · d̂_v / scale²`` ≈ ``q · d``, each weight off by at most ``0.5 / scale``. The default scale is
-derived from the documents (:func:`spladekit.common.sparse.impact_scale`: about 750 for weights up to 2.7), not
-the customary 100, which lost up to 0.0032 nDCG@10 against float32 (docs/results/impact-scale). PISA adds in
-float32, so a score is that exact integer below 2²⁴ (16,777,216) and past it rounded to float32 (a relative
-6·10⁻⁸, far below the quantization's own error).
+derived from the documents (:func:`spladekit.common.sparse.impact_scale`), not the customary 100
+(docs/results/impact-scale). PISA adds in float32, so a score is that exact integer below 2²⁴ and past it rounded
+to float32 (a relative 2⁻²⁴, far below the quantization's own error).
 
 Rank safety and ties: every ``algorithm`` offered returns the exact top-k of the quantized scores except
 at a tie: PISA's top-k heap orders by score alone, so of several documents tied at the k-th score it keeps
