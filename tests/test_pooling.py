@@ -231,7 +231,9 @@ def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
     monkeypatch.setattr(
         pooling_module,
         "splade_max_pool_fused",
-        lambda *args, search_dtype=None: screens.append(search_dtype) or fused(*args, search_dtype=search_dtype),
+        lambda *args, search_dtype=None, **options: (
+            screens.append(search_dtype) or fused(*args, search_dtype=search_dtype, **options)
+        ),
     )
     hidden, weight, bias, mask = random_inputs(batch=4, length=16, width=32, vocab=300, dtype=torch.float32)
     grad_output = torch.randn(4, 300, generator=torch.Generator().manual_seed(2))

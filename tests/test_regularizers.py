@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -46,3 +48,39 @@ def test_lambda_is_non_decreasing(step, warmup):
 def test_flops_is_invariant_to_batch_order_and_sign(n, v, seed):
     x = torch.randn(n, v, generator=torch.Generator().manual_seed(seed))
     assert float(flops(x)) == pytest.approx(float(flops(-x.flip(0))), rel=1e-6)
+
+
+def test_df_weights_by_hand():
+    from spladekit.training.regularizers import df_weights
+
+    frequency = torch.tensor([0.0, 0.1, 1.0, 0.05], dtype=torch.float64)
+    weights = df_weights(frequency, alpha=0.1, beta=2.0)
+    # activ(x) = 1 / (1 + (x^(log_0.1 2) - 1)^2): 0 unheld, 1/2 at the cutoff, 1 when every document holds it
+    exponent = math.log(2) / math.log(0.1)
+    expected = [0.0, 0.5, 1.0, 1 / (1 + (0.05**exponent - 1) ** 2)]
+    assert weights.tolist() == pytest.approx(expected, abs=1e-12)
+    assert 0 < expected[3] < 0.5
+
+
+def test_df_flops_and_its_gradient_equal_a_naive_loop():
+    from spladekit.training.regularizers import df_flops, df_weights
+
+    generator = torch.Generator().manual_seed(0)
+    docs = torch.relu(torch.randn(12, 7, generator=generator, dtype=torch.float64))
+    docs[:, 3] = 0  # a term no document holds: weight 0
+    docs[:, 5] = docs[:, 5].abs() + 0.1  # a term every document holds: weight 1
+    x = torch.relu(torch.randn(5, 7, generator=generator, dtype=torch.float64)).requires_grad_()
+    value = df_flops(x, docs, alpha=0.2, beta=3.0)
+    (gradient,) = torch.autograd.grad(value, x)
+    expected = 0.0
+    for v in range(7):
+        frequency = sum(1 for i in range(12) if docs[i, v] > 0) / 12
+        weight = float(df_weights(torch.tensor([frequency], dtype=torch.float64), 0.2, 3.0)[0])
+        mean = sum(abs(float(x[i, v])) for i in range(5)) / 5
+        expected += weight * mean**2
+        for i in range(5):  # d/dx_iv of w_v (mean_v)^2 = 2 w_v mean_v sign(x_iv) / N
+            want = 2 * weight * mean * (1.0 if float(x[i, v]) > 0 else 0.0) / 5
+            assert float(gradient[i, v]) == pytest.approx(want, abs=1e-12)
+    assert float(value) == pytest.approx(expected, rel=1e-12)
+    # less than FLOPS itself: every weight is at most 1, and term 3's is 0
+    assert float(value) < float(flops(x))

@@ -19,11 +19,11 @@ tiny_bert_fixture, triplets_fixture = TINY_BERT, TRIPLETS
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("accumulation", [1, 2])
-def test_two_processes_match_one(tiny_bert, triplets_file, tmp_path, accumulation):
+@pytest.mark.parametrize(("accumulation", "regularizer"), [(1, "flops"), (2, "flops"), (2, "df_flops")])
+def test_two_processes_match_one(tiny_bert, triplets_file, tmp_path, accumulation, regularizer):
     sections = {
         "optimization": {"steps": 3, "batch_size": 8, "accumulation": accumulation},
-        "regularizer": {"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+        "regularizer": {"name": regularizer, "lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
     }
     single = read_metrics(
         train(

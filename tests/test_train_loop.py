@@ -160,7 +160,8 @@ def test_bf16_autocast_trains(tiny_bert, triplets_file, tmp_path):
     )
 
 
-def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
+@pytest.mark.parametrize("regularizer", ["flops", "df_flops"])
+def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path, regularizer):
     """Accumulating 2 micro-batches (cached representations) = one batch: same losses, same weights."""
     runs = {}
     for accumulation in (1, 2):
@@ -168,7 +169,7 @@ def test_gradient_accumulation_is_exact(tiny_bert, triplets_file, tmp_path):
             tiny_bert,
             triplets_file,
             optimization={"steps": 3, "accumulation": accumulation},
-            regularizer={"lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
+            regularizer={"name": regularizer, "lambda_q": 0.05, "lambda_d": 0.05, "warmup_steps": 0},
         )
         runs[accumulation] = train(config, tmp_path / f"acc{accumulation}").output
     one, two = (read_metrics(runs[a]) for a in (1, 2))

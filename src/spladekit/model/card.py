@@ -16,6 +16,7 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from spladekit.common.atomic import atomic_file, final_path
 from spladekit.model.head import head_norms, rescale_record
+from spladekit.model.head_options import HeadOptions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -36,6 +37,8 @@ class CardSubject(Protocol):
     def query_max_length(self) -> int | None: ...
     @property
     def card_notes(self) -> Sequence[str]: ...
+    @property
+    def head_options(self) -> HeadOptions: ...
 
 
 class CardEvaluation(Protocol):
@@ -92,7 +95,23 @@ def _overview(encoder: CardSubject, name: str) -> list[str]:
         f"- **Vocabulary:** {encoder.vocab_size} terms; **max length:** {encoder.max_length} tokens"
         + ("" if encoder.query_max_length is None else f" (queries: {encoder.query_max_length})"),
         f"- **Head rescaling:** {rescaled}",
+        f"- **Head options:** {_head_options(encoder.head_options)}",
     ]
+
+
+def _head_options(options: HeadOptions) -> str:
+    if options.plain:
+        return "none (the plain SPLADE head)"
+    rules = {
+        "logit_shift": f"`logit_shift = {options.logit_shift:g}`: "
+        f"`w_v = max_t log(1 + ReLU(logit - {options.logit_shift:g}))`",
+        "position_top_k": f"`position_top_k = {options.position_top_k}`: each token keeps its "
+        f"{options.position_top_k} largest logits before the max",
+        "vocab_fold": f"`vocab_fold = {options.vocab_fold}`: token variants share a dimension "
+        "(the map: `vocabulary_fold.json`)",
+        "lowercase": "`lowercase`: texts are lowercased before tokenization",
+    }
+    return "; ".join(rules[name] for name in options.changed())
 
 
 def _norms(encoder: CardSubject, training: dict | None) -> list[str]:
@@ -123,7 +142,26 @@ def _evaluation(evaluation: Sequence[CardEvaluation]) -> list[str]:
     return ["", "## Evaluation", "", *_table(["dataset", *metrics], rows)]
 
 
-def _usage(folder: Path) -> list[str]:
+def _usage(folder: Path, options: HeadOptions) -> list[str]:
+    by_hand = [
+        "transformers (SPLADE pooling by hand):",
+        "",
+        "```python",
+        "import torch",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        "",
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
+        f'model = AutoModelForMaskedLM.from_pretrained("{folder}")',
+        'batch = tokenizer(["what is splade?"], return_tensors="pt", padding=True, truncation=True)',
+        "logits = model(**batch).logits",
+        'vectors = (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).amax(dim=1)',
+        "```",
+    ]
+    if not options.plain:  # the plain formula would give other vectors than this model's
+        by_hand = [
+            "Load it with spladekit: the head options above are part of the model, and plain SPLADE pooling "
+            "(transformers by hand) would give other vectors."
+        ]
     return [
         "",
         "## How to load",
@@ -150,18 +188,7 @@ def _usage(folder: Path) -> list[str]:
         'embeddings = model.encode(["what is splade?"])',
         "```",
         "",
-        "transformers (SPLADE pooling by hand):",
-        "",
-        "```python",
-        "import torch",
-        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
-        "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
-        f'model = AutoModelForMaskedLM.from_pretrained("{folder}")',
-        'batch = tokenizer(["what is splade?"], return_tensors="pt", padding=True, truncation=True)',
-        "logits = model(**batch).logits",
-        'vectors = (torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)).amax(dim=1)',
-        "```",
+        *by_hand,
     ]
 
 
@@ -174,7 +201,7 @@ def model_card(
     title = folder.parent.name if folder.name == "model" else folder.name  # a training run's model/
     sections = _overview(encoder, title or str(folder)) + _norms(encoder, training) + _training(training)
     notes = [line for note in encoder.card_notes for line in ("", note)]
-    body = "\n".join(sections + _evaluation(evaluation) + _usage(folder) + notes) + "\n"
+    body = "\n".join(sections + _evaluation(evaluation) + _usage(folder, encoder.head_options) + notes) + "\n"
     # the metadata block written first, so that ModelCard finds it (without one it logs that it found none)
     return str(ModelCard(f"---\n{ModelCardData(**CARD_DATA).to_yaml()}\n---\n{body}"))
 

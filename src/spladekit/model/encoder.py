@@ -32,7 +32,9 @@ from spladekit.model.backbone import (
     quiet_transformers,
 )
 from spladekit.model.card import CardEvaluation, write_model_card
+from spladekit.model.folding import VocabularyFold, build_fold, read_fold
 from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
+from spladekit.model.head_options import HeadOptions, head_options
 from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
 from spladekit.model.pooling import (
     DENSE_BACKWARD_DENSITY,
@@ -51,19 +53,28 @@ SIDES: tuple[Side, ...] = ("query", "document")
 
 
 def splade_max_pool_triton(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
-    """The Triton head (:mod:`spladekit.model.triton_head`), imported when first used: triton is optional."""
+    """The Triton head (:mod:`spladekit.model.triton_head`), imported when first used: triton is optional. Its
+    kernels keep one running max per term; with ``position_top_k`` the fused head's running top K per token runs
+    instead (torch blocks on the same device: the same values and gradients)."""
+    check_pooling("triton", hidden.device)
+    if position_top_k is not None:
+        return splade_max_pool_fused(hidden, weight, bias, attention_mask, position_top_k=position_top_k)
     from spladekit.model.triton_head import splade_max_pool_triton as pool
 
-    check_pooling("triton", hidden.device)
     return pool(hidden, weight, bias, attention_mask)
 
 
 # SPLADE max pooling implementations (same values and gradients; see spladekit.model.pooling). The default, auto, is
 # fused screened in bf16 where that is faster (pooling.bf16_screen_pays: CPUs with native bf16), else fused.
 DEFAULT_POOLING = "auto"
-POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor]] = {
+# Each takes (hidden B × L × H, weight V × H, bias V or None, attention_mask B × L, position_top_k=None) → B × V.
+POOLINGS: dict[str, Callable[..., torch.Tensor]] = {
     "auto": splade_max_pool_auto,
     "fused": splade_max_pool_fused,
     "fused-adaptive": functools.partial(splade_max_pool_fused, dense_backward=DENSE_BACKWARD_DENSITY),
@@ -102,6 +113,7 @@ METADATA_TYPES: dict[str, type | tuple[type, ...]] = {
     "spladekit_version": str,
     "rescale": dict,
     "pooling": str,
+    "head": dict,
 }
 
 
@@ -240,6 +252,10 @@ class SparseEncoder(nn.Module):
     the backbone and head under bf16 autocast (:func:`spladekit.common.devices.autocast`; the weights stay fp32),
     faster where the hardware has bf16 matmuls (docs/benchmarks.md) and not bit-identical to fp32: recorded where the
     vectors are (a sharded folder's plan, the evaluation cache key, an evaluation's provenance).
+
+    ``head``: how logits become a vector beyond the head's weights (:class:`spladekit.model.head_options.HeadOptions`:
+    logit shift, per-token top-k, vocabulary fold, lowercasing), applied by every pooling and recorded with the
+    model. With a fold, vectors have ``vocab_size`` = the fold's dimensions, named by :meth:`dimension_tokens`.
     """
 
     def __init__(
@@ -249,12 +265,28 @@ class SparseEncoder(nn.Module):
         pooling: str = DEFAULT_POOLING,
         query_max_length: int | None = None,
         bf16: bool = False,
+        head: HeadOptions | None = None,
+        fold: VocabularyFold | None = None,
     ):
         super().__init__()
         check_pooling(pooling)
         self.pooling, self.bf16 = pooling, bf16
         self.model = backbone.model
         self.tokenizer = backbone.tokenizer
+        self.head_options = head_options(head)
+        self.head_options.check_vocabulary(self.head.vocab_size)
+        if fold is None:
+            fold = build_fold(self.tokenizer, self.head.vocab_size, self.head_options.vocab_fold)
+            if fold is not None and fold.folded_tokens == 0:
+                log.warning("%s: the tokenizer has no such variants, nothing was folded", fold.describe())
+            elif fold is not None:
+                log.info("%s", fold.describe())
+        elif fold.mode != self.head_options.vocab_fold or fold.vocab_size != self.head.vocab_size:
+            raise SpladekitError(
+                f"the vocabulary fold ({fold.mode}, {fold.vocab_size} ids) does not match head.vocab_fold="
+                f"{self.head_options.vocab_fold} on a head of {self.head.vocab_size} ids"
+            )
+        self.fold = fold
         self.source = backbone.source
         self.original_backbone = backbone.source  # where a saved spladekit model's training started
         self.fresh_keys = list(backbone.fresh_keys)
@@ -282,11 +314,13 @@ class SparseEncoder(nn.Module):
         pooling: str = DEFAULT_POOLING,
         query_max_length: int | None = None,
         bf16: bool = False,
+        head: HeadOptions | None = None,
     ) -> SparseEncoder:
         """Load a backbone or a saved spladekit model; optionally rescale its head once (see ``head.rescale``).
 
         ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`). ``max_length`` (document
         side) and ``query_max_length`` override the token limits the folder records in ``spladekit.json``.
+        ``head``: the head options for a backbone; a saved model keeps those it records (others are refused).
         ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`spladekit.common.devices.resolve_device`) moves the
         model there; ``None`` leaves it where it loads (the CPU).
         """
@@ -294,12 +328,26 @@ class SparseEncoder(nn.Module):
         metadata = read_metadata(Path(backbone.source))
         check_rescale_record(rescale_record(backbone.model), Path(backbone.source) / "config.json")
         max_length = max_length or metadata.get("max_length") or backbone.settings.get("max_length")
+        folder = Path(backbone.source)
+        recorded = metadata.get("head")
+        options = head_options(head)
+        if recorded is not None:
+            saved = head_options(recorded, folder / METADATA_FILE)
+            if head is not None and options != saved:
+                raise SpladekitError(
+                    f"{backbone.source} was trained with head options {saved.describe()}; refusing "
+                    f"{options.describe()} (load its original backbone to change them)"
+                )
+            options = saved
+        fold = read_fold(folder, MLMHead.of(backbone.model).vocab_size) if options.vocab_fold != "none" else None
         encoder = cls(
             backbone,
             max_length=max_length,
             pooling=pooling,
             query_max_length=query_max_length or metadata.get("query_max_length"),
             bf16=bf16,
+            head=options,
+            fold=fold,
         )
         encoder.original_backbone = str(metadata.get("backbone") or backbone.source)
         check_pooling(pooling, encoder.device)
@@ -348,9 +396,12 @@ class SparseEncoder(nn.Module):
             "max_length": self.max_length,
             "query_max_length": self.query_max_length,
             "rescale": rescale_record(self.model),
-            "pooling": "max log(1 + relu(logits)) over non-padding tokens",
+            "pooling": "max log(1 + relu(logits - logit_shift)) over non-padding tokens",
+            "head": self.head_options.to_dict(),
         }
         (folder / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+        if self.fold is not None:
+            self.fold.save(folder)
 
     @property
     def card_notes(self) -> tuple[str, ...]:
@@ -376,7 +427,38 @@ class SparseEncoder(nn.Module):
 
     @property
     def vocab_size(self) -> int:
-        return self.head.vocab_size
+        """The vectors' dimensions: the head's vocabulary, or the fold's dimensions (``head.vocab_fold``)."""
+        return self.head.vocab_size if self.fold is None else self.fold.dimensions
+
+    def dimension_tokens(self) -> list[str]:
+        """The token string of every vector dimension (``[id:N]`` for ids past the tokenizer; a fold's names)."""
+        if self.fold is not None:
+            return list(self.fold.dimension_tokens)
+        size = self.head.vocab_size
+        known = min(size, len(self.tokenizer))
+        tokens = list(self.tokenizer.convert_ids_to_tokens(list(range(known))))
+        return [token if token is not None else f"[id:{i}]" for i, token in enumerate(tokens)] + [
+            f"[id:{i}]" for i in range(known, size)
+        ]
+
+    def prepare_texts(self, texts: Sequence[str]) -> list[str]:
+        """The texts as the tokenizer sees them: lowercased under ``head.lowercase``."""
+        return [text.lower() for text in texts] if self.head_options.lowercase else list(texts)
+
+    def pool(self, hidden: torch.Tensor, projection: nn.Linear, attention_mask: torch.Tensor) -> torch.Tensor:
+        """B × L × H projection inputs → B × ``vocab_size`` vectors: the pooling, with the head options
+        (``logit_shift`` as a bias of b − s, ``position_top_k`` inside the pooling, ``vocab_fold`` after it)."""
+        options = self.head_options
+        bias: torch.Tensor | None = projection.bias
+        if options.logit_shift:
+            zeros = projection.weight.new_zeros(projection.weight.shape[0])
+            bias = (zeros if bias is None else bias) - float(options.logit_shift)
+        pool = POOLINGS[self.pooling]
+        if options.position_top_k is None:
+            vectors = pool(hidden, projection.weight, bias, attention_mask)
+        else:
+            vectors = pool(hidden, projection.weight, bias, attention_mask, position_top_k=options.position_top_k)
+        return vectors if self.fold is None else self.fold.dense(vectors)
 
     # ----------------------------------------------------------------- computation
     def token_limit(self, max_length: int | None = None) -> int:
@@ -401,7 +483,7 @@ class SparseEncoder(nn.Module):
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> dict[str, torch.Tensor]:
         batch = self.tokenizer(
-            list(texts),
+            self.prepare_texts(texts),
             padding=True,
             truncation=True,
             max_length=self.token_limit(max_length),
@@ -443,7 +525,7 @@ class SparseEncoder(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable SPLADE vectors, B × V."""
         hidden, projection = self.head_inputs(batch)
-        return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, batch["attention_mask"])
+        return self.pool(hidden, projection, batch["attention_mask"])
 
     def forward_texts(
         self, texts: Sequence[str], max_length: int | None = None, groups: int = 1, packing: bool = False
@@ -460,7 +542,7 @@ class SparseEncoder(nn.Module):
         if groups == 1 and not (packing and packable(self.model)):
             batch = self.tokenize(list(texts), max_length)
             return self(batch), int(batch["attention_mask"].sum())
-        encodings = self.tokenizer(list(texts), truncation=True, max_length=self.token_limit(max_length))
+        encodings = self.tokenizer(self.prepare_texts(texts), truncation=True, max_length=self.token_limit(max_length))
         lengths = np.array([len(ids) for ids in encodings["input_ids"]])
         if packing:
             return self._forward_packed(encodings), int(lengths.sum())
@@ -488,7 +570,7 @@ class SparseEncoder(nn.Module):
         # one head pass over the padded layout: cut by length into groups it is slower (every pass copies the V × H
         # projection and makes a dense V × H weight gradient; benchmarks/packed_head_bench.py: 4 groups run at
         # 0.75× at BERT-base, 0.92× at splade-tiny)
-        return POOLINGS[self.pooling](hidden, projection.weight, projection.bias, mask)
+        return self.pool(hidden, projection, mask)
 
     def encode(
         self,
@@ -518,9 +600,9 @@ class SparseEncoder(nn.Module):
         lengths = [
             len(ids)
             for start in range(0, len(texts), LENGTH_SLICE)
-            for ids in self.tokenizer(texts[start : start + LENGTH_SLICE], truncation=True, max_length=max_length)[
-                "input_ids"
-            ]
+            for ids in self.tokenizer(
+                self.prepare_texts(texts[start : start + LENGTH_SLICE]), truncation=True, max_length=max_length
+            )["input_ids"]
         ]
         order = np.argsort(-np.asarray(lengths), kind="stable")
         was_training = self.model.training
@@ -628,5 +710,8 @@ class SparseEncoder(nn.Module):
         """Readable form of one vector: {token: weight}, heaviest first."""
         row = row.tocsr()
         pairs = sorted(zip(row.indices.tolist(), row.data.tolist()), key=lambda pair: -pair[1])[:top]
-        tokens = self.tokenizer.convert_ids_to_tokens([index for index, _ in pairs])
+        if self.fold is not None:
+            tokens = [self.fold.dimension_tokens[index] for index, _ in pairs]
+        else:
+            tokens = list(self.tokenizer.convert_ids_to_tokens([index for index, _ in pairs]))
         return {token: weight for token, (_, weight) in zip(tokens, pairs)}

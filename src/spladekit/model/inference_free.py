@@ -62,6 +62,8 @@ from spladekit.model.encoder import (
     read_metadata,
     text_list,
 )
+from spladekit.model.folding import VocabularyFold
+from spladekit.model.head_options import HeadOptions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -79,12 +81,15 @@ def idf_weights(
     batch_size: int = 1000,
     show_progress: bool = True,
     total: int | None = None,
+    token_map: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The V-vector ``idf(v) = ln(1 + (N − df + 0.5) / (df + 0.5))`` (0 where ``df = 0``) of ``documents``.
 
     Texts are tokenized without special tokens and without truncation; special token ids never count;
     ``N`` is the number of documents holding at least one counted token (see the module docstring).
-    ``documents`` is read ``batch_size`` texts at a time (``total``: its length, for the progress bar)."""
+    ``documents`` is read ``batch_size`` texts at a time (``total``: its length, for the progress bar). With a
+    vocabulary fold (``token_map``: token id → dimension, ``vocab_size`` dimensions) v is a dimension: a document
+    holds it when it holds any of its tokens."""
     special = np.asarray(sorted(set(getattr(tokenizer, "all_special_ids", []) or [])), dtype=np.int64)
     df = np.zeros(vocab_size, dtype=np.int64)
     n_docs = 0
@@ -104,6 +109,8 @@ def idf_weights(
             for ids in encoded:
                 distinct = np.unique(np.asarray(ids, dtype=np.int64))
                 distinct = distinct[~np.isin(distinct, special)]
+                if token_map is not None:
+                    distinct = np.unique(token_map[distinct[distinct < len(token_map)]])
                 if distinct.size and distinct.max() >= vocab_size:
                     raise SpladekitError(
                         f"the tokenizer produced token id {int(distinct.max())}, beyond the "
@@ -189,14 +196,18 @@ def weight_table_vectors(
     max_length: int | None,
     batch_size: int = 32,
     show_progress: bool = True,
+    token_map: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """Query vectors of an inference-free model (CSR float32, rows in input order): ``table[v]`` for each distinct
-    token v of each query, zero weights dropped."""
+    token v of each query (with a vocabulary fold, ``token_map``: each distinct dimension of its tokens), zero
+    weights dropped."""
     indptr, indices, data = [0], [], []
     with tqdm(total=len(texts), desc="encoding queries", unit="text", disable=not show_progress, leave=False) as bar:
         for start in range(0, len(texts), batch_size):
             for tokens in query_token_ids(tokenizer, texts[start : start + batch_size], max_length):
                 distinct = np.unique(np.asarray(tokens, dtype=np.int64))
+                if token_map is not None:
+                    distinct = np.unique(token_map[distinct])
                 weights = table[distinct]
                 keep = weights != 0
                 indices.append(distinct[keep])
@@ -263,6 +274,17 @@ class InferenceFreeEncoder(nn.Module):
     @property
     def pooling(self) -> str:
         return self.document_encoder.pooling
+
+    @property
+    def head_options(self) -> HeadOptions:
+        return self.document_encoder.head_options
+
+    @property
+    def fold(self) -> VocabularyFold | None:
+        return self.document_encoder.fold
+
+    def dimension_tokens(self) -> list[str]:
+        return self.document_encoder.dimension_tokens()
 
     @property
     def bf16(self) -> bool:  # documents only: queries are table rows, no arithmetic to round
@@ -403,11 +425,15 @@ class InferenceFreeEncoder(nn.Module):
     # ----------------------------------------------------------------- queries
     def query_token_ids(self, texts: Sequence[str], max_length: int | None = None) -> list[list[int]]:
         """Token ids of each query as ``SparseStaticEmbedding.preprocess`` makes them (no special tokens)."""
-        return query_token_ids(self.tokenizer, texts, max_length or self.query_max_length)
+        return query_token_ids(
+            self.tokenizer, self.document_encoder.prepare_texts(texts), max_length or self.query_max_length
+        )
 
     def query_forward(self, texts: Sequence[str], max_length: int | None = None) -> torch.Tensor:
         """Differentiable query vectors, B × V: ``presence(b, v) · w_v`` (training)."""
         ids = self.query_token_ids(texts, max_length)
+        if self.fold is not None:  # the table's rows are the fold's dimensions
+            ids = [self.fold.token_map[tokens].tolist() for tokens in ids]
         width = max(1, max(map(len, ids), default=1))
         input_ids = torch.zeros(len(ids), width, dtype=torch.long, device=self.device)
         mask = torch.zeros(len(ids), width, dtype=self.query_weights.dtype, device=self.device)
@@ -436,7 +462,9 @@ class InferenceFreeEncoder(nn.Module):
         texts = text_list(texts)
         table = self.query_weights.detach().float().cpu().numpy()
         limit = max_length or self.query_max_length
-        matrix = weight_table_vectors(self.tokenizer, texts, table, limit, batch_size, show_progress)
+        token_map = None if self.fold is None else self.fold.token_map
+        prepared = self.document_encoder.prepare_texts(texts)
+        matrix = weight_table_vectors(self.tokenizer, prepared, table, limit, batch_size, show_progress, token_map)
         return matrix if max_active_dims is None else keep_top_weights(matrix, max_active_dims)
 
     # ----------------------------------------------------------------- documents

@@ -77,14 +77,36 @@ RECOMPUTE_LIMIT = 0.25
 
 
 def splade_max_pool(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
-    """Reference (naive) SPLADE pooling: materializes the B × L × V logits. Returns B × V."""
+    """Reference (naive) SPLADE pooling: materializes the B × L × V logits. Returns B × V. ``position_top_k``: each
+    token keeps only its K largest logits (:func:`keep_position_top_k`) before the max over tokens."""
     logits = hidden @ weight.to(hidden.dtype).T
     if bias is not None:
         logits = logits + bias.to(hidden.dtype)
+    if position_top_k is not None:
+        logits = keep_position_top_k(logits, position_top_k)
     activations = torch.log1p(torch.relu(logits)) * attention_mask.unsqueeze(-1).to(logits.dtype)
     return activations.amax(dim=1)
+
+
+def keep_position_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """``logits`` (… × V) with all but each position's ``k`` largest set to 0 (so ``log1p(ReLU(.))`` makes them 0):
+    the dense reference of ``position_top_k``. Ties at the k-th place go to the lower vocabulary id (a stable sort);
+    the gradient reaches only the kept logits."""
+    check_position_top_k(k, logits.shape[-1])
+    order = torch.sort(logits.detach(), dim=-1, descending=True, stable=True).indices[..., :k]
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, order, True)
+    return logits.masked_fill(~keep, 0)
+
+
+def check_position_top_k(k: int | None, vocab_size: int) -> None:
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= vocab_size):
+        raise ValueError(f"position_top_k must be an integer in [1, {vocab_size}] or None, got {k!r}")
 
 
 def splade_max_pool_fused(
@@ -95,6 +117,7 @@ def splade_max_pool_fused(
     chunk_size: int | None = None,
     search_dtype: torch.dtype | None = None,
     dense_backward: float | None = None,
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
     """SPLADE max pooling ``w_v = log1p(ReLU(max_t (h_t · W_v + b_v)))`` without the B × L × V logits.
 
@@ -116,7 +139,14 @@ def splade_max_pool_fused(
     products (:func:`_logit_products`). ``None`` (default): sparse products everywhere, the choice measured on
     CPUs, where the dense GEMMs' L-fold FLOPs cost more than they save (docs/benchmarks.md). Same gradients either
     way, up to the GEMM dtype's rounding.
+
+    ``position_top_k`` K: each token keeps only its K largest logits before the max over tokens (ties at the K-th
+    place to the lower id, as :func:`keep_position_top_k`). Each vocabulary block's per-token top K (K + 1, to see
+    a tie at the boundary) is merged into a running top K per token: B·L × K values and ids, never B × L × V; the
+    max over tokens and its winner are read from those lists, so the backward is the one above. The screen
+    (``search_dtype``) is not used with it (ranking a token's logits needs them exact): the full-precision pass runs.
     """
+    check_position_top_k(position_top_k, weight.shape[0])
     if chunk_size is None:
         chunk_size = default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
     if chunk_size < 1:
@@ -127,18 +157,29 @@ def splade_max_pool_fused(
         raise ValueError(f"dense_backward must be None or a fraction in [0, 1], got {dense_backward}")
     if needs_grad(hidden, weight, bias):
         dense = None if dense_backward is None else (dense_backward, chunk_size, compute_dtype(hidden))
-        return _FusedSpladeMaxPool.apply(hidden, weight, bias, attention_mask, chunk_size, search_dtype, dense)
-    max_logits, _ = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=False)
+        return _FusedSpladeMaxPool.apply(
+            hidden, weight, bias, attention_mask, chunk_size, search_dtype, dense, position_top_k
+        )
+    if position_top_k is not None:
+        max_logits, _, _ = _top_k_max_logits(hidden, weight, bias, attention_mask, chunk_size, position_top_k)
+    else:
+        max_logits, _ = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=False)
     return torch.log1p(torch.relu(max_logits))
 
 
 def splade_max_pool_auto(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, attention_mask: torch.Tensor
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    position_top_k: int | None = None,
 ) -> torch.Tensor:
     """:func:`splade_max_pool_fused`, screened in bf16 (``search_dtype=torch.bfloat16``) where the screen pays
     (:func:`bf16_screen_pays`), else in full precision: the same vectors and gradients either way."""
     search_dtype = torch.bfloat16 if bf16_screen_pays(hidden.device) else None
-    return splade_max_pool_fused(hidden, weight, bias, attention_mask, search_dtype=search_dtype)
+    return splade_max_pool_fused(
+        hidden, weight, bias, attention_mask, search_dtype=search_dtype, position_top_k=position_top_k
+    )
 
 
 def bf16_screen_pays(device: torch.device) -> bool:
@@ -176,11 +217,19 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
         chunk_size: int,
         search_dtype: torch.dtype | None,
         dense_backward: tuple[float, int, torch.dtype] | None,
+        position_top_k: int | None = None,
     ) -> torch.Tensor:
-        max_logits, winners = _max_logits(
-            hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True
-        )
+        kept_terms = None
+        if position_top_k is not None:
+            max_logits, winners, kept_terms = _top_k_max_logits(
+                hidden, weight, bias, attention_mask, chunk_size, position_top_k
+            )
+        else:
+            found, index = _max_logits(hidden, weight, bias, attention_mask, chunk_size, search_dtype, with_index=True)
+            assert index is not None  # for mypy: with_index
+            max_logits, winners = found, index
         ctx.save_for_backward(hidden, weight, attention_mask, max_logits, winners)
+        ctx.kept_terms = kept_terms
         ctx.has_bias = bias is not None
         ctx.dense_backward = dense_backward
         return torch.log1p(torch.relu(max_logits))
@@ -188,7 +237,7 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
     @staticmethod
     def backward(
         ctx: Any, grad_output: torch.Tensor
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, None, None, None, None, None]:
         hidden, weight, attention_mask, max_logits, winners = ctx.saved_tensors
         need_hidden, need_weight, need_bias = ctx.needs_input_grad[:3]
         batch, length, width = hidden.shape
@@ -223,14 +272,16 @@ class _FusedSpladeMaxPool(torch.autograd.Function):
             )
         if raw_weight is not None:
             grad_weight = raw_weight.to(weight.dtype)
-            if tied_everywhere.any():
+            if tied_everywhere.any() and ctx.kept_terms is not None:
+                _add_kept_zero_rows(grad_weight, ctx.kept_terms, zero_terms, grad_logits, flat, attention_mask)
+            elif tied_everywhere.any():
                 means = mean_rows(flat.to(wide), attention_mask)[text[tied_everywhere]]
                 grad_weight.index_add_(
                     0, term[tied_everywhere], (grad[tied_everywhere].unsqueeze(1) * means).to(weight.dtype)
                 )
         if need_bias and ctx.has_bias:
             grad_bias = grad_logits.sum(0)
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 
 
 def _logit_products(
@@ -352,6 +403,90 @@ def _block_max(
             values = block.amax(dim=2)
         max_logits[:, start : start + chunk_size] = values.T
     return max_logits, winners
+
+
+def _top_k_max_logits(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    attention_mask: torch.Tensor,
+    chunk_size: int,
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``position_top_k``: per (text, term) the max over tokens of the logits each token kept (its ``k`` largest,
+    ties at the k-th place to the lower id; ``-inf`` where no token kept the term), its winning token (the first
+    of equal maxima, as torch's ``max``), and each token's kept term ids (B·L × k; ``-1`` on padding)."""
+    dtype = compute_dtype(hidden)
+    batch, length, _ = hidden.shape
+    total = batch * length
+    with torch.autocast(hidden.device.type, enabled=False):
+        tokens, terms = _augmented(hidden.detach(), weight, bias, attention_mask, dtype)
+        vocab = terms.shape[0]
+        best_values = tokens.new_empty(total, 0)
+        best_ids = torch.empty(total, 0, dtype=torch.long, device=hidden.device)
+        for start in range(0, vocab, chunk_size):
+            block = tokens @ terms[start : start + chunk_size].T  # B·L × chunk (rows: tokens)
+            take = min(k + 1, block.shape[1])
+            values, ids = block.topk(take, dim=1)
+            if take > k:
+                # a tie at the boundary: topk's choice among equals is unspecified, a stable sort's is the lower id
+                tied = torch.nonzero(values[:, k - 1] == values[:, k], as_tuple=True)[0]
+                values, ids = values[:, :k].clone(), ids[:, :k].clone()
+                if tied.numel():
+                    exact = torch.sort(block[tied], dim=1, descending=True, stable=True)
+                    values[tied], ids[tied] = exact.values[:, :k], exact.indices[:, :k]
+            ids = ids + start
+            # merge: order the running list (lower ids) and the block's by (value desc, id asc), keep k
+            merged_values, merged_ids = torch.cat([best_values, values], 1), torch.cat([best_ids, ids], 1)
+            by_id = torch.argsort(merged_ids, dim=1)
+            merged_values, merged_ids = merged_values.gather(1, by_id), merged_ids.gather(1, by_id)
+            by_value = torch.sort(merged_values, dim=1, descending=True, stable=True).indices[:, :k]
+            best_values, best_ids = merged_values.gather(1, by_value), merged_ids.gather(1, by_value)
+    real = attention_mask.reshape(total).bool()
+    width = best_ids.shape[1]
+    rows = torch.arange(total, device=hidden.device).repeat_interleave(width)[real.repeat_interleave(width)]
+    terms_kept = best_ids[real].reshape(-1)
+    values_kept = best_values[real].reshape(-1)
+    cell = (rows // length) * vocab + terms_kept  # (text, term) as one index into B × V
+    max_logits = torch.full((batch * vocab,), float("-inf"), dtype=dtype, device=hidden.device)
+    max_logits.scatter_reduce_(0, cell, values_kept, reduce="amax")
+    winning = values_kept == max_logits[cell]
+    winners = torch.full((batch * vocab,), length, dtype=torch.long, device=hidden.device)
+    winners.scatter_reduce_(0, cell[winning], (rows % length)[winning], reduce="amin")
+    winners = winners.masked_fill_(winners == length, 0)
+    kept_terms = best_ids.masked_fill(~real.unsqueeze(1), -1)
+    return max_logits.view(batch, vocab), winners.view(batch, vocab), kept_terms
+
+
+def _add_kept_zero_rows(
+    grad_weight: torch.Tensor,
+    kept_terms: torch.Tensor,
+    zero_terms: torch.Tensor,
+    grad_logits: torch.Tensor,
+    flat: torch.Tensor,
+    attention_mask: torch.Tensor,
+) -> None:
+    """dW_v for an all-zero W_v under ``position_top_k``: its logit b_v ties at every token that kept v, so (as
+    autograd's ``amax`` shares a max among ties) each such token's row receives ``grad(b, v) / count(b, v)``."""
+    total, width = kept_terms.shape
+    length = attention_mask.shape[1]
+    rows = torch.arange(total, device=flat.device).repeat_interleave(width)
+    terms = kept_terms.reshape(-1)
+    pick = terms >= 0
+    pick[pick.clone()] = zero_terms[terms[pick]]
+    rows, terms = rows[pick], terms[pick]
+    texts = rows // length
+    grad = grad_logits[texts, terms]
+    active = grad != 0
+    rows, terms, texts, grad = rows[active], terms[active], texts[active], grad[active]
+    if not rows.numel():
+        return
+    vocab = grad_logits.shape[1]
+    cell = texts * vocab + terms
+    _, group, counts = torch.unique(cell, return_inverse=True, return_counts=True)
+    share = (grad / counts[group].to(grad.dtype)).unsqueeze(1)
+    wide = torch.promote_types(flat.dtype, torch.float32)
+    grad_weight.index_add_(0, terms, (share.to(wide) * flat[rows].to(wide)).to(grad_weight.dtype))
 
 
 def _max_logits(

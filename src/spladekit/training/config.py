@@ -32,6 +32,7 @@ from spladekit.common.schema import (
     unknown_key,
 )
 from spladekit.data.training import DataConfig
+from spladekit.model.head_options import HeadOptions
 
 
 @dataclass
@@ -79,7 +80,19 @@ class LossConfig:
 
 @dataclass
 class RegularizerConfig:
-    name: Literal["flops", "l1"] = declared("flops", "the sparsity regularizer (FLOPS: squared mean weight per term)")
+    name: Literal["flops", "l1", "df_flops"] = declared(
+        "flops",
+        "the sparsity regularizer (FLOPS: squared mean weight per term; df_flops: FLOPS weighted per term by the "
+        "fraction of the batch's documents holding it, arXiv 2505.15070)",
+    )
+    df_alpha: float = declared(
+        0.1,
+        "df_flops: the document-frequency fraction at which a term gets half its full penalty",
+        minimum=0,
+        exclusive=True,
+        maximum=0.999,
+    )
+    df_beta: float = declared(2.0, "df_flops: the steepness of the penalty around df_alpha", minimum=0, exclusive=True)
     lambda_q: float = declared(3e-4, "the regularizer's weight on queries", minimum=0)
     lambda_d: float = declared(1e-4, "the regularizer's weight on documents", minimum=0)
     warmup_steps: int = declared(100, "T in lambda_t = lambda * min(1, t/T)^2", minimum=0)
@@ -166,6 +179,7 @@ class TrainConfig:
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     rescale: RescaleConfig = field(default_factory=RescaleConfig)
+    head: HeadOptions = field(default_factory=HeadOptions)
     data: DataConfig = field(default_factory=DataConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     regularizer: RegularizerConfig = field(default_factory=RegularizerConfig)

@@ -47,7 +47,7 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
     table, initialised from the IDF of the training set's documents
     (:func:`spladekit.model.inference_free.idf_weights`)."""
     backbone, setting = config.backbone, config.rescale
-    encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code)
+    encoder = SparseEncoder.from_pretrained(backbone.id, trust_remote_code=backbone.trust_remote_code, head=config.head)
     record = resolve_rescale(
         encoder,
         setting.k,
@@ -66,6 +66,7 @@ def initial_encoder(config: TrainConfig, training_set: TrainingSet) -> tuple[Ret
         encoder.vocab_size,
         show_progress=config.logging.progress,
         total=len(rows),
+        token_map=None if encoder.fold is None else encoder.fold.token_map,
     )
     return InferenceFreeEncoder(
         encoder,

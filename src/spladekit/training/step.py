@@ -22,7 +22,7 @@ from spladekit.model.loading import RetrievalModel
 from spladekit.training.checkpoint import rng_state, set_rng_state
 from spladekit.training.config import TrainConfig
 from spladekit.training.losses import LOSSES
-from spladekit.training.regularizers import REGULARIZERS, flops
+from spladekit.training.regularizers import REGULARIZERS, df_flops, flops
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class StepSettings:
     regularizer: str
     length_groups: int = 1
     packing: bool = False
+    df_alpha: float = 0.1
+    df_beta: float = 2.0
 
     @classmethod
     def of(cls, config: TrainConfig) -> StepSettings:
@@ -49,6 +51,8 @@ class StepSettings:
             config.regularizer.name,
             config.optimization.length_groups,
             config.optimization.packing,
+            config.regularizer.df_alpha,
+            config.regularizer.df_beta,
         )
 
 
@@ -104,7 +108,13 @@ def objective(
     """Total loss (a tensor) and its parts (floats) on the full batch."""
     ranking = LOSSES[settings.loss](q, p, n, teacher)
     docs = torch.cat([p, n.flatten(0, 1)])
-    regularize = REGULARIZERS[settings.regularizer]
+    if settings.regularizer == "df_flops":  # weighted by the documents' frequencies, on both sides
+
+        def regularize(x: torch.Tensor) -> torch.Tensor:
+            return df_flops(x, docs, settings.df_alpha, settings.df_beta)
+
+    else:
+        regularize = REGULARIZERS[settings.regularizer]
     reg_q, reg_d = regularize(q), regularize(docs)
     total = ranking + lambdas[0] * reg_q + lambdas[1] * reg_d
     with torch.no_grad():
