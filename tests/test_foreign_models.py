@@ -7,8 +7,9 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
-from spladekit.common.errors import InputError
+from spladekit.common.errors import InputError, SpladekitError
 from spladekit.export import export_sentence_transformers
 from spladekit.model.backbone import load_backbone
 from spladekit.model.encoder import SparseEncoder
@@ -214,3 +215,31 @@ def test_cli_export_sentence_transformers(tiny_model_dirs, tmp_path, cli):
 def test_other_yaml_folders_are_left_alone(tmp_path):
     (tmp_path / "config.yaml").write_text("backbone:\n  id: x\n")  # e.g. a spladekit run folder
     assert resolve_model_folder(tmp_path).path == tmp_path
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_a_logit_shift_is_baked_into_the_bias_of_the_sentence_transformers_export(tiny_model_dirs, tmp_path, arch):
+    from spladekit.model.head_options import HeadOptions
+
+    encoder = SparseEncoder.from_pretrained(
+        tiny_model_dirs[arch], max_length=MAX_LENGTH, head=HeadOptions(logit_shift=0.4)
+    )
+    bias = encoder.head.bias.detach().clone()
+    ours = encoder.encode(TEXTS, show_progress=False).toarray()
+    plain = SparseEncoder.from_pretrained(tiny_model_dirs[arch], max_length=MAX_LENGTH)
+    assert np.abs(plain.encode(TEXTS, show_progress=False).toarray() - ours).max() > 1e-3  # the shift matters
+    out = export_sentence_transformers(encoder, tmp_path / "st")
+    np.testing.assert_allclose(st_vectors(out), ours, atol=1e-5)
+    # spladekit reads the export back without shifting twice, and the exported model was left as it was
+    np.testing.assert_allclose(spladekit_vectors(out), ours, atol=1e-5)
+    assert torch.equal(encoder.head.bias.detach(), bias) and encoder.head_options.logit_shift == 0.4
+
+
+@pytest.mark.parametrize(("option", "value"), [("position_top_k", 4), ("vocab_fold", "space"), ("lowercase", True)])
+def test_what_splade_pooling_cannot_express_is_refused_naming_the_option(tiny_model_dirs, tmp_path, option, value):
+    from spladekit.model.head_options import HeadOptions
+
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], head=HeadOptions(**{option: value}))
+    with pytest.raises(SpladekitError, match=f"head option {option}=") as error:
+        export_sentence_transformers(encoder, tmp_path / "st")
+    assert "\n" not in str(error.value) and not (tmp_path / "st").exists()

@@ -325,3 +325,40 @@ def test_folded_sizes_of_the_real_modernbert_tokenizer():
     # SPARSEUP's card: case_space takes ModernBERT's 50k ids to about 34k dimensions
     assert 32_000 < sizes["case_space"] < 36_000
     assert sizes["case_space"] < min(sizes["case"], sizes["space"]) < len(tokenizer)
+
+
+def test_a_folded_vectors_folder_round_trips_through_index_search_explain_and_export_token_strings(
+    tiny_model_dirs, tmp_path
+):
+    """The fold's dimensions keep one token string each, through every reader of token strings."""
+    from spladekit import build_index, encode_to_shards
+    from spladekit.evaluation.explain import explain_pair
+    from spladekit.export.search_engine import vocabulary_tokens
+    from spladekit.vectors.artifact import Vectors
+
+    encoder = tiny_encoder(tiny_model_dirs, "bert", "fused", vocab_fold="space", logit_shift=0.05)
+    fold = encoder.fold
+    assert fold.folded_tokens > 0  # the tiny WordPiece vocabulary has "##" pieces to fold
+    model = encoder.save(tmp_path / "model")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    encode_to_shards(str(model), corpus, tmp_path / "vectors", device="cpu", show_progress=False)
+    plan = json.loads((tmp_path / "vectors" / "manifest.json").read_text())["plan"]
+    assert plan["head"]["vocab_fold"] == "space" and plan["vocab_size"] == fold.dimensions
+    assert read_fold(tmp_path / "vectors").dimension_tokens == fold.dimension_tokens
+    vectors = Vectors.load(tmp_path / "vectors")
+    np.testing.assert_allclose(
+        vectors.matrix.toarray(), encoder.encode_document(TEXTS, show_progress=False).toarray(), atol=1e-6
+    )
+    index = build_index(vectors.matrix, "exact")
+    query = encoder.encode_query(["capital of france"], show_progress=False)
+    hits = index.search(query, 3)
+    scores = (query @ vectors.matrix.T).toarray()[0]
+    assert [int(i) for i in hits.doc_indices[0]] == [int(i) for i in np.argsort(-scores, kind="stable")[:3]]
+    explanation = explain_pair(SparseEncoder.from_pretrained(model), "capital of france", TEXTS[1])
+    assert explanation.contributions
+    for term in explanation.contributions:
+        assert term.token == fold.dimension_tokens[term.id]
+    assert vocabulary_tokens(model, fold.dimensions) == list(fold.dimension_tokens)
+    with pytest.raises(SpladekitError, match="vocabulary fold has"):
+        vocabulary_tokens(model, encoder.head.vocab_size)

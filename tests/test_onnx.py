@@ -118,3 +118,42 @@ def test_an_inference_free_model_exports_its_document_graph_and_its_query_table(
         model.encode_document(SAMPLE_TEXTS, show_progress=False).toarray(),
         atol=1e-5,
     )
+
+
+HEAD = {"logit_shift": 0.2, "position_top_k": 5, "vocab_fold": "space", "lowercase": True}
+
+
+def _with_head(tiny_model_dirs, arch, **options):
+    from spladekit.model.head_options import HeadOptions
+
+    return SparseEncoder.from_pretrained(
+        tiny_model_dirs[arch], trust_remote_code=arch == "gte", head=HeadOptions(**(options or HEAD))
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_graph_carries_the_head_options_for_every_architecture(tiny_model_dirs, tmp_path, arch):
+    """Shift, per-token top-k and fold in the graph, lowercasing in OnnxEncoder: within 1e-5 of torch."""
+    encoder = _with_head(tiny_model_dirs, arch)
+    export_onnx(encoder, tmp_path)
+    texts = [text.upper() for text in SAMPLE_TEXTS]
+    ours = OnnxEncoder(tmp_path).encode(texts, batch_size=3, show_progress=False).toarray()
+    theirs = encoder.encode(texts, batch_size=3, show_progress=False).toarray()
+    assert ours.shape[1] == encoder.vocab_size < encoder.head.vocab_size  # folded
+    assert np.abs(ours - theirs).max() < 1e-5
+    assert np.array_equal(ours > 1e-5, theirs > 1e-5)
+
+
+@pytest.mark.parametrize("options", [{"logit_shift": 0.3}, {"position_top_k": 3}, {"vocab_fold": "space"}], ids=str)
+def test_each_head_option_in_the_graph(tiny_model_dirs, tmp_path, options):
+    encoder = _with_head(tiny_model_dirs, "bert", **options)
+    plain = _load(tiny_model_dirs, "bert")
+    metadata = export_onnx(encoder, tmp_path)
+    assert metadata["head"] == encoder.head_options.to_dict() and metadata["max_abs_diff_vs_torch"] < 1e-5
+    ours = OnnxEncoder(tmp_path).encode(SAMPLE_TEXTS, batch_size=3, show_progress=False)
+    theirs = encoder.encode(SAMPLE_TEXTS, batch_size=3, show_progress=False)
+    assert np.abs(ours.toarray() - theirs.toarray()).max() < 1e-5
+    # the option changed the vectors (a graph that ignored it would fail here)
+    before = plain.encode(SAMPLE_TEXTS, batch_size=3, show_progress=False)
+    assert ours.shape != before.shape or np.abs(ours.toarray() - before.toarray()).max() > 1e-3

@@ -34,6 +34,7 @@ from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sparse import best_first
 from spladekit.model.encoder import check_side
+from spladekit.model.folding import dimension_tokenizer
 
 if TYPE_CHECKING:
     from spladekit.data.collections import Collection
@@ -171,7 +172,7 @@ def explain_text(
 ) -> TextExplanation:
     """Encode ``text`` on ``side`` and list its active terms, heaviest first."""
     vector = encode_side(model, [check_text(text)], side, max_length)
-    return explain_vector(model.tokenizer, vector, text, side)
+    return explain_vector(dimension_tokenizer(model), vector, text, side)
 
 
 def explain_vectors(
@@ -202,7 +203,7 @@ def explain_pair(model: RetrievalModel, query: str, document: str, max_length: i
     check_text(query, "query")
     check_text(document, "document")
     return explain_vectors(
-        model.tokenizer,
+        dimension_tokenizer(model),
         encode_side(model, [query], "query", max_length),
         encode_side(model, [document], "document", max_length),
         query,

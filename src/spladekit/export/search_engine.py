@@ -182,12 +182,20 @@ def export_search_engine(
 def vocabulary_tokens(model: str | Path, size: int, trust_remote_code: bool = False) -> list[str]:
     """Token string of every vocabulary id 0..size-1 of ``model``'s tokenizer (any folder spladekit loads).
 
-    Ids the tokenizer does not know (embedding matrices padded past the tokenizer) are named ``[id:N]``.
+    Ids the tokenizer does not know (embedding matrices padded past the tokenizer) are named ``[id:N]``. A model
+    with a vocabulary fold (``head.vocab_fold``) names its dimensions by its ``vocabulary_fold.json``.
     """
     from transformers import AutoTokenizer
 
+    from spladekit.model.folding import read_fold
+
     local = Path(model)
     source = resolve_model_folder(local).path if local.exists() else str(model)
+    fold = read_fold(Path(source)) if local.exists() else None
+    if fold is not None:
+        if fold.dimensions != size:
+            raise SpladekitError(f"{model}: its vocabulary fold has {fold.dimensions} dimensions, the vectors {size}")
+        return list(fold.dimension_tokens)
     try:
         with fetching(str(source), "hub", "a local model folder"):
             tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=trust_remote_code)

@@ -10,16 +10,22 @@ folder, then ``SpladePooling(pooling_strategy="max", activation_function="relu")
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+import torch
 
 from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import SpladekitError
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.card import write_model_card
 from spladekit.model.encoder import METADATA_FILE
+from spladekit.model.inference_free import document_encoder
 
 if TYPE_CHECKING:
     from spladekit.model.encoder import SparseEncoder
@@ -44,11 +50,50 @@ def export_sentence_transformers(
 ) -> Path:
     """Write ``encoder`` (a spladekit ``SparseEncoder``, or an ``InferenceFreeEncoder`` as a ``Router``) as a
     sentence-transformers SparseEncoder folder."""
+    check_expressible(encoder)
     st = _sentence_transformers()
     output = Path(output)
-    with quiet_transformers():  # one-line CLI output, as in backbone loading
+    with quiet_transformers(), shift_in_bias(encoder):  # one-line CLI output, as in backbone loading
         _write(st, encoder, output, overwrite, trust_remote_code)
     return output
+
+
+def check_expressible(encoder: SparseEncoder | InferenceFreeEncoder) -> None:
+    """Refuse, in one line naming the option, a head option ``SpladePooling`` cannot express: ``position_top_k``,
+    ``vocab_fold``, ``lowercase``, and a ``logit_shift`` on a projection without a bias to carry it."""
+    options = encoder.head_options
+    for name in ("position_top_k", "vocab_fold", "lowercase"):
+        if name in options.changed():
+            raise SpladekitError(
+                f"the model's head option {name}={getattr(options, name)} has no sentence-transformers equivalent "
+                "(SpladePooling is max log(1 + relu(logits))): export it as ONNX (--format onnx), which carries it"
+            )
+    if options.logit_shift and document_encoder(encoder).head.bias is None:
+        raise SpladekitError(
+            f"the model's head option logit_shift={options.logit_shift:g} goes into the vocabulary projection's bias "
+            "for sentence-transformers, and this projection has none: export it as ONNX (--format onnx)"
+        )
+
+
+@contextmanager
+def shift_in_bias(encoder: SparseEncoder | InferenceFreeEncoder) -> Iterator[None]:
+    """While exporting, ``logit_shift`` s moves into the projection's bias (b − s: exactly ``ReLU(logit − s)``
+    under ``SpladePooling``) and leaves the recorded options, so nothing shifts twice; restored afterwards."""
+    document = document_encoder(encoder)
+    options, bias = document.head_options, document.head.bias
+    if not options.logit_shift or bias is None:
+        yield
+        return
+    saved = bias.detach().clone()
+    with torch.no_grad():
+        bias.sub_(float(options.logit_shift))
+    document.head_options = dataclasses.replace(options, logit_shift=0.0)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            bias.copy_(saved)
+        document.head_options = options
 
 
 def _write(

@@ -192,3 +192,25 @@ def read_fold(folder: Path, vocab_size: int | None = None) -> VocabularyFold | N
     if vocab_size is not None and len(token_map) != vocab_size:
         raise InputError(f"the fold maps {len(token_map)} token ids, the model's head has {vocab_size}", path)
     return VocabularyFold(mode, marker, token_map, names)
+
+
+class FoldedTokenizer:
+    """What readers of token strings use of a tokenizer (``convert_ids_to_tokens``, ``convert_tokens_to_string``),
+    with a fold's dimension ids in place of token ids: dimension d reads as its lowest-id token."""
+
+    def __init__(self, tokenizer: Any, fold: VocabularyFold):
+        self.tokenizer, self.fold = tokenizer, fold
+
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [self.fold.dimension_tokens[int(index)] for index in ids]
+
+    def convert_tokens_to_string(self, tokens: list[str]) -> str:
+        if any(token.startswith("[id:") for token in tokens):
+            return " ".join(tokens)
+        return str(self.tokenizer.convert_tokens_to_string(tokens))
+
+
+def dimension_tokenizer(model: Any) -> Any:
+    """The tokenizer that names ``model``'s vector dimensions: its own, or with a fold a :class:`FoldedTokenizer`."""
+    fold = getattr(model, "fold", None)
+    return model.tokenizer if fold is None else FoldedTokenizer(model.tokenizer, fold)

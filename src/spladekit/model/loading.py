@@ -9,6 +9,7 @@ is a :class:`SparseEncoder`. Commands that encode queries and documents load the
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Union
 
@@ -61,12 +62,14 @@ def load_model(
 
 
 def model_fingerprint(encoder: RetrievalModel) -> str:
-    """sha256 over every parameter and buffer (name, dtype, shape, bytes) and the tokenizer's size: what
-    identifies a model's vectors (the evaluation cache's key, a sharded vectors folder's plan)."""
+    """sha256 over every parameter and buffer (name, dtype, shape, bytes), the tokenizer's size and the head options:
+    what identifies a model's vectors (the evaluation cache's key, a sharded vectors folder's plan)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(encoder.model.state_dict().items()):
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     digest.update(f"tokenizer|{type(encoder.tokenizer).__name__}|{len(encoder.tokenizer)}".encode())
+    if not encoder.head_options.plain:  # the same weights with other head options give other vectors
+        digest.update(f"head|{json.dumps(encoder.head_options.to_dict(), sort_keys=True)}".encode())
     return digest.hexdigest()

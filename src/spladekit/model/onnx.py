@@ -34,6 +34,8 @@ from spladekit.common.lines import read_json
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.encoder import Side, SparseEncoder, check_side, text_list
+from spladekit.model.folding import read_fold
+from spladekit.model.head_options import head_options
 from spladekit.model.inference_free import (
     QUERY_WEIGHTS_FILE,
     QUERY_WEIGHTS_TENSOR,
@@ -73,17 +75,49 @@ class _SpladeGraph(nn.Module):
     def __init__(self, encoder: SparseEncoder, top_k: int | None):
         super().__init__()
         self.encoder, self.top_k = encoder, top_k
+        options = encoder.head_options
+        self.shift, self.position_top_k = float(options.logit_shift), options.position_top_k
+        fold = encoder.fold
+        if fold is not None:
+            # a fold as gathers: dimension d's members (padded with V, a zero column) and a max over them
+            classes: list[list[int]] = [[] for _ in range(fold.dimensions)]
+            for token, dimension in enumerate(fold.token_map.tolist()):
+                classes[dimension].append(token)
+            width = max(map(len, classes))
+            members = [group + [fold.vocab_size] * (width - len(group)) for group in classes]
+            self.register_buffer("members", torch.tensor(members, dtype=torch.long), persistent=False)
+        else:
+            self.members = None
+
+    def _logits(self, hidden: torch.Tensor, projection: nn.Linear, start: int) -> torch.Tensor:
+        logits = hidden @ projection.weight[start : start + VOCAB_BLOCK].T
+        if projection.bias is not None:
+            logits = logits + projection.bias[start : start + VOCAB_BLOCK]
+        return logits - self.shift if self.shift else logits
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         hidden, projection = self.encoder.head_inputs({"input_ids": input_ids, "attention_mask": attention_mask})
         padding = (attention_mask == 0).unsqueeze(-1)
+        vocab = projection.weight.shape[0]
+        threshold = None
+        if self.position_top_k is not None:
+            # each token's K-th largest logit, from each block's K largest; a logit below it is dropped (a tie at
+            # the K-th place keeps every tied term here, the lower id alone in torch: equal logits, measure zero)
+            tops = []
+            for start in range(0, vocab, VOCAB_BLOCK):
+                logits = self._logits(hidden, projection, start)
+                tops.append(torch.topk(logits, min(self.position_top_k, logits.shape[-1]), dim=-1).values)
+            threshold = torch.topk(torch.cat(tops, dim=-1), self.position_top_k, dim=-1).values[..., -1:]
         blocks = []
-        for start in range(0, projection.weight.shape[0], VOCAB_BLOCK):
-            logits = hidden @ projection.weight[start : start + VOCAB_BLOCK].T
-            if projection.bias is not None:
-                logits = logits + projection.bias[start : start + VOCAB_BLOCK]
+        for start in range(0, vocab, VOCAB_BLOCK):
+            logits = self._logits(hidden, projection, start)
+            if threshold is not None:
+                logits = logits.masked_fill(logits < threshold, float("-inf"))
             blocks.append(logits.masked_fill(padding, float("-inf")).amax(dim=1))
         weights = torch.log1p(torch.relu(torch.cat(blocks, dim=1)))
+        if self.members is not None:
+            padded = torch.cat([weights, weights.new_zeros(weights.shape[0], 1)], dim=1)
+            weights = padded[:, self.members].amax(dim=2)
         if self.top_k is None:
             return weights
         values, indices = torch.topk(weights, self.top_k, dim=1)
@@ -137,9 +171,12 @@ def export_onnx(
         quantize_dynamic(str(float_graph), str(folder / GRAPH_FILE), weight_type=QuantType.QInt8)
         float_graph.unlink()
     encoder.tokenizer.save_pretrained(folder)
+    if encoder.fold is not None:  # the dimensions' token strings, and an inference-free model's query ids → dimensions
+        encoder.fold.save(folder)
     metadata = {
         "format": "spladekit-onnx",
         "version": 1,
+        "head": encoder.head_options.to_dict(),  # in the graph; lowercase: done by OnnxEncoder before tokenizing
         "kind": "inference-free" if isinstance(model, InferenceFreeEncoder) else "splade",
         "outputs": outputs,
         "top_k": top_k,
@@ -187,9 +224,15 @@ class OnnxEncoder:
         )
         with quiet_transformers():
             self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.head_options = head_options(metadata.get("head"), self.folder / ONNX_METADATA)
+        self.fold = read_fold(self.folder) if self.head_options.vocab_fold != "none" else None
         self.query_table = None  # inference-free: queries are looked up, not encoded
         if metadata.get("kind") == "inference-free":
             self.query_table = read_query_weights(self.folder / QUERY_WEIGHTS_FILE, self.vocab_size).numpy()
+
+    def prepare_texts(self, texts: Sequence[str]) -> list[str]:
+        """The texts as the tokenizer sees them: lowercased under ``head.lowercase``."""
+        return [text.lower() for text in texts] if self.head_options.lowercase else list(texts)
 
     def side_max_length(self, side: Side, max_length: int | None = None) -> int:
         check_side(side)
@@ -198,7 +241,9 @@ class OnnxEncoder:
         return (self.query_max_length or self.max_length) if side == "query" else self.max_length
 
     def _rows(self, texts: list[str], max_length: int) -> sp.csr_matrix:
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+        batch = self.tokenizer(
+            self.prepare_texts(texts), padding=True, truncation=True, max_length=max_length, return_tensors="np"
+        )
         feeds = {"input_ids": batch["input_ids"].astype(np.int64)}
         feeds["attention_mask"] = batch["attention_mask"].astype(np.int64)
         outputs = self.session.run(None, feeds)
@@ -224,7 +269,8 @@ class OnnxEncoder:
         if batch_size < 1:
             raise SpladekitError(f"batch_size must be >= 1, got {batch_size}")
         limit = self.side_max_length("document", max_length)
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=limit)["input_ids"]]
+        prepared = self.prepare_texts(texts)
+        lengths = [len(ids) for ids in self.tokenizer(prepared, truncation=True, max_length=limit)["input_ids"]]
         order = np.argsort(-np.asarray(lengths, dtype=np.int64), kind="stable")
         blocks = [sp.csr_matrix((0, self.vocab_size), dtype=np.float32)]
         with tqdm(total=len(texts), desc="encoding (onnx)", unit="text", disable=not show_progress, leave=False) as bar:
@@ -252,8 +298,10 @@ class OnnxEncoder:
         check_max_active_dims(max_active_dims)
         limit = self.side_max_length(side, max_length)
         if side == "query" and self.query_table is not None:
+            token_map = None if self.fold is None else self.fold.token_map
+            prepared = self.prepare_texts(text_list(texts))
             vectors = weight_table_vectors(
-                self.tokenizer, text_list(texts), self.query_table, limit, batch_size, show_progress
+                self.tokenizer, prepared, self.query_table, limit, batch_size, show_progress, token_map
             )
         else:
             vectors = self.encode(texts, batch_size, limit, show_progress)

@@ -122,6 +122,9 @@ def build_plan(
         "max_active_dims": max_active_dims,
         "shard_size": shard_size,
         "vocab_size": encoder.vocab_size,
+        # the head options (absent for the plain head: folders made before stay resumable); a fold's map and token
+        # strings are in the folder's vocabulary_fold.json
+        **({} if encoder.head_options.plain else {"head": encoder.head_options.to_dict()}),
     }
 
 
@@ -357,6 +360,8 @@ def _encode(
     documents = iter_corpus(corpus)
     if overwrite:  # the old folder goes only once the new one is complete
         with open_output(output, folder=True, overwrite=True) as staged:
+            if encoder.fold is not None:
+                encoder.fold.save(staged.staging)
             result.encoded, result.reused = write_shards(
                 staged.staging, encoder, documents, plan, selection, False, batch_size, show_progress
             )
@@ -367,6 +372,8 @@ def _encode(
         except OSError as error:
             raise SpladekitError(f"{output}: cannot write here: {error.strerror or error}") from None
         mark_output(output)  # written in place: spladekit's own, so a later --overwrite may replace it
+        if encoder.fold is not None:  # the dimensions' token strings, beside the vectors
+            encoder.fold.save(output)
         result.encoded, result.reused = write_shards(
             output, encoder, documents, plan, selection, resume, batch_size, show_progress
         )
