@@ -110,3 +110,37 @@ def test_a_head_report_round_trips_and_a_damaged_one_names_its_file(tiny_model_d
     without = {key: value for key, value in report.to_dict().items() if key != "recommended_k"}
     with pytest.raises(InputError, match="no 'recommended_k'"):
         HeadReport.from_dict(without, tmp_path / "r.json")
+
+
+def test_the_collapse_verdict_thresholds():
+    from spladekit.model.diagnosis import DENSE_FRACTION, SAME_VECTOR_COSINE, collapse_verdict
+
+    assert collapse_verdict(0.03, 35, 30522) is None  # splade-tiny's untrained statistics
+    assert "no text activates" in collapse_verdict(0.0, 0, 30522)
+    same = collapse_verdict(SAME_VECTOR_COSINE, 40, 30522)
+    assert same.startswith("collapsed before training: every text gets nearly the same vector")
+    assert "terms active" not in same
+    assert "27435 of 30522 terms active" in collapse_verdict(0.936, 27435, 30522)
+    assert collapse_verdict(0.2, DENSE_FRACTION * 30522, 30522).startswith("dense before training")
+    assert collapse_verdict(SAME_VECTOR_COSINE - 1e-6, DENSE_FRACTION * 30522 - 1, 30522) is None
+
+
+def test_diagnose_runs_the_collapse_check_on_the_models_own_vectors(tiny_model_dirs):
+    """Identical vectors for every text (a head whose logits are its bias alone) fire the check; the head options
+    are applied to what is checked (a shift beyond every logit zeroes the vectors)."""
+    from spladekit.model.diagnosis import diagnose, step0_warnings
+    from spladekit.model.head_options import HeadOptions
+
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    healthy = diagnose(encoder, mode="untie")
+    assert healthy.mean_cosine is not None and healthy.term_weight_std is not None
+    with torch.no_grad():
+        encoder.head.weight.zero_()  # every token's logits are the bias: every text gets the same vector
+        encoder.head.bias.copy_(torch.linspace(-1, 1, encoder.head.vocab_size))
+    same = diagnose(encoder, mode="untie")
+    assert same.mean_cosine == pytest.approx(1.0, abs=1e-5)
+    assert same.collapse.startswith("collapsed before training: every text gets nearly the same vector")
+    assert any("position_top_k" in warning for warning in step0_warnings(same))
+    shifted = SparseEncoder.from_pretrained(tiny_model_dirs["bert"], head=HeadOptions(logit_shift=1e4))
+    report = diagnose(shifted, mode="untie")
+    assert report.avg_d_nnz == 0 and "no text activates" in report.collapse

@@ -67,6 +67,8 @@ def max_active_dims_option(what: str) -> Any:  # typer.Option's own return type
 
 
 def _report_text(report: HeadReport) -> str:
+    from spladekit.model.diagnosis import collapse_advice
+
     lines = [
         f"architecture      {report.architecture} ({report.model_type})",
         f"head              {report.head_param}  [{report.vocab_size} x {report.hidden_size}]  tied={report.tied}",
@@ -78,6 +80,9 @@ def _report_text(report: HeadReport) -> str:
         f"initial vectors   q nnz {report.avg_q_nnz:.1f}  d nnz {report.avg_d_nnz:.1f}  "
         f"term weight mean {report.mean_term_weight:.3f} max {report.max_term_weight:.3f}",
         f"initial scores    median pair {report.median_pair_score:.2f}  mean q x d {report.mean_score:.2f}",
+        f"collapse check    weight std {report.term_weight_std or 0:.3f}  mean cosine between texts "
+        f"{report.mean_cosine or 0:.3f}: "
+        + (f"{report.collapse}; {collapse_advice(report)}" if report.collapse else "no collapse before training"),
         f"pair score by k   {report.scores_by_k}",
         f"recommended k     {report.recommended_k:g}  mode {report.recommended_mode}"
         + (

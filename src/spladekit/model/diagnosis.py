@@ -36,7 +36,6 @@ from spladekit.model.head import (
     rescale_record,
     word_position_ratio,
 )
-from spladekit.model.pooling import splade_max_pool_fused
 
 # auto-k: candidates, and the typical initial query–document score of a healthy SPLADE model: the median
 # positive-pair score of the trained ../shared/models/splade-tiny-msmarco on SAMPLE_PAIRS below
@@ -76,6 +75,10 @@ class HeadReport:
     rescale: dict | None = None
     fresh_keys: list[str] = field(default_factory=list)
     scores_by_k: dict[str, float] = field(default_factory=dict)
+    # the collapse check (collapse_verdict): the untrained vectors of the sample texts, as the model gives them
+    term_weight_std: float | None = None
+    mean_cosine: float | None = None
+    collapse: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -105,7 +108,8 @@ def _pooled_by_k(
 ) -> dict[float, torch.Tensor]:
     """SPLADE vectors of the model rescaled by each candidate k in ``mode`` (see the module docstring).
 
-    Pooled with the fused implementation, which never holds the B × L × V logits: on the 64 training pairs
+    Pooled with the fused implementation and the model's head options (:meth:`SparseEncoder.pool`), which never
+    holds the B × L × V logits: on the 64 training pairs
     that ``rescale.k: auto`` diagnoses (128 tokens, V = 30,522) the naive one held 1 GB of logits and three
     more tensors of that size, and the training's peak memory was this diagnosis (3.5 GB)."""
     batch = encoder.tokenize(texts, max_length=max_length)
@@ -115,13 +119,13 @@ def _pooled_by_k(
             for k in candidates:
                 with _shared_matrix_divided(encoder, k):
                     hidden, projection = encoder.head_inputs(batch)
-                    pooled[k] = splade_max_pool_fused(
-                        hidden, projection.weight, projection.bias, batch["attention_mask"]
+                    pooled[k] = encoder.pool(
+                        hidden, projection.weight, projection.bias, batch["attention_mask"], "fused"
                     ).float()
             return pooled
         hidden, projection = encoder.head_inputs(batch)
         return {
-            k: splade_max_pool_fused(hidden, projection.weight / k, projection.bias, batch["attention_mask"]).float()
+            k: encoder.pool(hidden, projection.weight / k, projection.bias, batch["attention_mask"], "fused").float()
             for k in candidates
         }
 
@@ -193,6 +197,7 @@ def diagnose(
         pair_scores, q, d = scores(scored_as)
         k = recommend_k(pair_scores)
     active = torch.cat([q[q > 0], d[d > 0]])
+    cosine = mean_pairwise_cosine(torch.cat([q, d]))
     head = encoder.head
     config = model.config
     return HeadReport(
@@ -216,7 +221,20 @@ def diagnose(
         rescale=applied,
         fresh_keys=list(encoder.fresh_keys),
         scores_by_k={str(k): round(score, 4) for k, score in pair_scores.items()},
+        term_weight_std=float(active.std()) if active.numel() > 1 else 0.0,
+        mean_cosine=cosine,
+        collapse=collapse_verdict(cosine, float((torch.cat([q, d]) > 0).sum(dim=1).float().mean()), q.shape[1]),
     )
+
+
+def mean_pairwise_cosine(vectors: torch.Tensor) -> float:
+    """The mean cosine similarity of the distinct pairs of ``vectors`` (rows; a zero vector counts as cosine 0)."""
+    unit = torch.nn.functional.normalize(vectors.float(), dim=1)
+    n = unit.shape[0]
+    if n < 2:
+        return 0.0
+    total = (unit @ unit.T).sum() - (unit * unit).sum()
+    return float(total / (n * (n - 1)))
 
 
 def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[str]:
@@ -232,6 +250,8 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
       embeddings as they are, tied divides them too): the message says where it came from instead of
       advising untie (docs/results/head-only-inflation.md, the positions × 8 runs)."""
     warnings = []
+    if report.collapse is not None:
+        warnings.append(f"{report.collapse}: {collapse_advice(report)}")
     score = report.median_pair_score
     if score > AUTO_K_TOLERANCE * REFERENCE_PAIR_SCORE:
         warnings.append(
@@ -258,4 +278,47 @@ def low_ratio_origin(applied: dict | None) -> str:
     return (
         "they came with the model, and no rescale mode raises them (untie leaves the input embeddings as "
         "they are, tied divides them too)"
+    )
+
+
+# The collapse check's thresholds: measured on the untrained vectors of the sample texts (SAMPLE_PAIRS' queries and
+# documents) of random-init base-size backbones, splade-tiny and its inflated variants (docs/diagnosis.md, "Collapse
+# before training"; docs/results/collapse-check/measure.py).
+SAME_VECTOR_COSINE = 0.9
+DENSE_FRACTION = 0.5
+
+
+def collapse_verdict(mean_cosine: float, active_dimensions: float, vocab_size: int) -> str | None:
+    """What the untrained vectors already show (None: nothing): no active term at all; every text getting nearly
+    the same vector (mean pairwise cosine of different texts ≥ :data:`SAME_VECTOR_COSINE`); or every text
+    activating most of the vocabulary (≥ :data:`DENSE_FRACTION` of it)."""
+    if active_dimensions == 0:
+        return "collapsed before training: no text activates any term (every vector is zero)"
+    dense = active_dimensions >= DENSE_FRACTION * vocab_size
+    terms = f"{active_dimensions:.0f} of {vocab_size} terms active per text"
+    if mean_cosine >= SAME_VECTOR_COSINE:
+        return (
+            "collapsed before training: every text gets nearly the same vector (mean cosine "
+            f"{mean_cosine:.3f} between different texts" + (f", {terms})" if dense else ")")
+        )
+    if dense:
+        return f"dense before training: {terms} (mean cosine {mean_cosine:.3f} between different texts)"
+    return None
+
+
+def collapse_advice(report: HeadReport) -> str:
+    """Which head options act on what the collapse check found, as far as the evidence goes (docs/diagnosis.md,
+    "Collapse before training"): what each does to the *untrained* vectors is measured; which one then trains
+    best is not yet."""
+    if report.collapse is None:
+        return ""
+    if report.collapse.startswith("collapsed before training: no text"):
+        return (
+            "nothing is active: a head.logit_shift above the logits' range zeroes every vector (lower it); "
+            "see docs/diagnosis.md"
+        )
+    return (
+        "head.position_top_k caps the terms each token keeps and made such vectors sparse and distinct before "
+        "training; head.logit_shift works only within the logits' range; rescaling (k) lowers the scores but "
+        "keeps this shape; which of them trains best is not measured yet (docs/diagnosis.md)"
     )

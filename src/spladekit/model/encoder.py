@@ -445,19 +445,25 @@ class SparseEncoder(nn.Module):
         """The texts as the tokenizer sees them: lowercased under ``head.lowercase``."""
         return [text.lower() for text in texts] if self.head_options.lowercase else list(texts)
 
-    def pool(self, hidden: torch.Tensor, projection: nn.Linear, attention_mask: torch.Tensor) -> torch.Tensor:
-        """B × L × H projection inputs → B × ``vocab_size`` vectors: the pooling, with the head options
-        (``logit_shift`` as a bias of b − s, ``position_top_k`` inside the pooling, ``vocab_fold`` after it)."""
+    def pool(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        attention_mask: torch.Tensor,
+        pooling: str | None = None,
+    ) -> torch.Tensor:
+        """B × L × H projection inputs and the projection (V × H ``weight``, ``bias``) → B × ``vocab_size`` vectors:
+        the pooling (``pooling``, default the encoder's), with the head options (``logit_shift`` as a bias of b − s,
+        ``position_top_k`` inside the pooling, ``vocab_fold`` after it)."""
         options = self.head_options
-        bias: torch.Tensor | None = projection.bias
         if options.logit_shift:
-            zeros = projection.weight.new_zeros(projection.weight.shape[0])
-            bias = (zeros if bias is None else bias) - float(options.logit_shift)
-        pool = POOLINGS[self.pooling]
+            bias = (weight.new_zeros(weight.shape[0]) if bias is None else bias) - float(options.logit_shift)
+        pool = POOLINGS[pooling or self.pooling]
         if options.position_top_k is None:
-            vectors = pool(hidden, projection.weight, bias, attention_mask)
+            vectors = pool(hidden, weight, bias, attention_mask)
         else:
-            vectors = pool(hidden, projection.weight, bias, attention_mask, position_top_k=options.position_top_k)
+            vectors = pool(hidden, weight, bias, attention_mask, position_top_k=options.position_top_k)
         return vectors if self.fold is None else self.fold.dense(vectors)
 
     # ----------------------------------------------------------------- computation
@@ -525,7 +531,7 @@ class SparseEncoder(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Differentiable SPLADE vectors, B × V."""
         hidden, projection = self.head_inputs(batch)
-        return self.pool(hidden, projection, batch["attention_mask"])
+        return self.pool(hidden, projection.weight, projection.bias, batch["attention_mask"])
 
     def forward_texts(
         self, texts: Sequence[str], max_length: int | None = None, groups: int = 1, packing: bool = False
@@ -570,7 +576,7 @@ class SparseEncoder(nn.Module):
         # one head pass over the padded layout: cut by length into groups it is slower (every pass copies the V × H
         # projection and makes a dense V × H weight gradient; benchmarks/packed_head_bench.py: 4 groups run at
         # 0.75× at BERT-base, 0.92× at splade-tiny)
-        return self.pool(hidden, projection, mask)
+        return self.pool(hidden, projection.weight, projection.bias, mask)
 
     def encode(
         self,
