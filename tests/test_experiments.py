@@ -546,10 +546,22 @@ def test_report_tests_the_contrasts_asked_for_and_refuses_unknown_names(tmp_path
     assert asked["mean_difference"] == pytest.approx(-0.05)
     assert "| bm25 | bert__k1__none | 4 |" in (sweep_dir / "results.md").read_text()
     (sweep_dir / "results.md").unlink()
+    # A:B:MARGIN adds a TOST within the stated margin to that contrast only (the report's own pairs get none)
+    report = build_report(sweep_dir, contrasts=["bm25:bert__k1__none:0.01"])
+    asked = report["paired_tests"][-1]
+    assert (asked["a"], asked["b"], asked["margin"]) == ("bm25", "bert__k1__none", 0.01)
+    assert asked["tost_p_value"] is not None and not asked["equivalent"]  # a 0.05 gap is not within ±0.01
+    assert all(test["margin"] is None for test in report["paired_tests"][:-1])
+    assert all(test["p_holm"] >= test["p_value"] for test in report["paired_tests"])
+    assert "±0.01: " in (sweep_dir / "results.md").read_text()
+    (sweep_dir / "results.md").unlink()
     for contrast, message in [
         ("bert__k2__tied:bm25", "--contrast names bert__k2__tied: no finished run"),
         ("bm25", "--contrast 'bm25': expected A:B"),
         ("bm25:bm25", "a configuration against itself tests nothing"),
+        ("bm25:bert__k1__none:wide", "the equivalence margin 'wide' is not a positive number"),
+        ("bm25:bert__k1__none:0", "the equivalence margin '0' is not a positive number"),
+        ("bm25:bert__k1__none:0.01:x", "expected A:B or A:B:MARGIN"),
     ]:
         result = cli("report", sweep_dir, "--contrast", contrast)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr

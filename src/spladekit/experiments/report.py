@@ -8,10 +8,12 @@ to pick each backbone's best k is the first present of NanoBEIR, BEIR-13, the me
 
 Baseline rows (``baselines/``: each untouched backbone, BM25) follow the runs. A sweep with several
 ``seeds`` has one row per run and one *configuration* per backbone × k × mode × recipe overrides: its
-mean ± std over seeds picks the best k. Each claimed contrast is tested over queries
-(:mod:`spladekit.experiments.stats`, per-query values pooled over the evaluated collections): per
-backbone, its best configuration against no rescaling (k = 1), against the untouched backbone and against
-BM25, and tied against untie at every k that ran both.
+mean ± std over seeds picks the best k. Each claimed contrast is compared (:mod:`spladekit.experiments.stats`):
+per backbone, its best configuration against no rescaling (k = 1), against the untouched backbone and against
+BM25, and tied against untie at every k that ran both. The primary statistic is the equal-weight difference
+of the mean over collections (what the tables print), with a sign-flip test stratified by collection, a
+seed × query bootstrap interval, Holm's correction across the report's tests and, where ``--contrast
+A:B:MARGIN`` states a margin, a TOST of equivalence; the query-pooled test is a secondary column.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
-from spladekit.experiments.stats import PairedTest, Unit, paired_test, seed_mean
+from spladekit.experiments.stats import Contrast, Unit, contrast, with_holm
 from spladekit.experiments.sweep import (
     BASELINES_DIR,
     PLAN_FILE,
@@ -152,31 +154,45 @@ def configurations(rows: list[dict]) -> list[dict]:
     return result
 
 
-def parse_contrast(text: str) -> tuple[str, str]:
-    """``"A:B"`` (two configuration or baseline names) → ``(A, B)``."""
-    a, sep, b = text.partition(":")
-    if not sep or not a or not b or ":" in b:
+def parse_contrast(text: str) -> tuple[str, str, float | None]:
+    """``"A:B"`` or ``"A:B:MARGIN"`` (two configuration or baseline names; an equivalence margin stated before the
+    runs, e.g. 0.01) → ``(A, B, margin or None)``."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(parts[:2]):
         raise InputError(
-            f"--contrast {text!r}: expected A:B, two configuration names (a run's name without "
-            "its __s<seed>, or a baseline's name)"
+            f"--contrast {text!r}: expected A:B or A:B:MARGIN, two configuration names (a run's name without "
+            "its __s<seed>, or a baseline's name) and optionally an equivalence margin"
         )
+    a, b = parts[0], parts[1]
     if a == b:
         raise InputError(f"--contrast {text!r}: a configuration against itself tests nothing")
-    return a, b
+    margin = None
+    if len(parts) == 3:
+        try:
+            margin = float(parts[2])
+        except ValueError:
+            margin = math.nan
+        if not (math.isfinite(margin) and margin > 0):
+            raise InputError(f"--contrast {text!r}: the equivalence margin {parts[2]!r} is not a positive number")
+    return a, b, margin
 
 
 def paired_tests(
-    directory: Path, rows: list[dict], summary: dict, contrasts: Iterable[tuple[str, str]] = ()
-) -> list[PairedTest]:
-    """The report's claims, tested over queries: per backbone its best configuration against k = 1, the untouched
-    backbone and BM25; tied against untie at each k that ran both (configurations: seeds averaged per query);
-    then every ``contrasts`` pair asked for (e.g. an experiment's pre-registered predictions), in order."""
+    directory: Path,
+    rows: list[dict],
+    summary: dict,
+    contrasts: Iterable[tuple[str, str] | tuple[str, str, float | None]] = (),
+) -> list[Contrast]:
+    """The report's claims, compared (:func:`spladekit.experiments.stats.contrast`, each configuration's seeds
+    kept apart): per backbone its best configuration against k = 1, the untouched backbone and BM25; tied against
+    untie at each k that ran both; then every ``contrasts`` pair asked for (e.g. an experiment's pre-registered
+    predictions, with its stated equivalence margin), in order. Holm's correction runs over all of them."""
     runs_of: dict[str, list[Path]] = {}
     for row in rows:
         if row.get("status") == "done":
             folder = BASELINES_DIR if row.get("baseline") else "runs"
             runs_of.setdefault(row["configuration"], []).append(directory / folder / row["run"])
-    values = {name: seed_mean(query_values(path) for path in paths) for name, paths in runs_of.items()}
+    values = {name: [query_values(path) for path in paths] for name, paths in runs_of.items()}
     configs = [row for row in configurations(rows) if not row.get("baseline")]
     pairs: list[tuple[str, str]] = []
     for backbone, item in summary.items():
@@ -187,15 +203,18 @@ def paired_tests(
     for row in configs:
         by_setting.setdefault((row["backbone"], row["k"], row.get("set")), {})[row["mode"]] = row["run"]
     pairs += [(modes["tied"], modes["untie"]) for modes in by_setting.values() if {"tied", "untie"} <= modes.keys()]
-    asked = list(contrasts)
+    margins: dict[tuple[str, str], float | None] = {}
+    for item in contrasts:
+        margins[(item[0], item[1])] = item[2] if len(item) > 2 else None
+    asked = list(margins)
     pairs = [pair for pair in pairs if pair[::-1] not in asked] + asked  # an asked pair keeps the order it was asked in
     tests = []
     for a, b in dict.fromkeys(pairs):
         if a != b and a in values and b in values:
-            test = paired_test(values[a], values[b], a, b)
+            test = contrast(values[a], values[b], a, b, margin=margins.get((a, b)))
             if test is not None:
                 tests.append(test)
-    return tests
+    return with_holm(tests)
 
 
 def _loss_roughness(metrics: list[dict]) -> float | None:
@@ -267,7 +286,7 @@ def markdown(
     rows: list[dict],
     summary: dict,
     command: str | None,
-    tests: list[PairedTest] | None = None,
+    tests: list[Contrast] | None = None,
     missing: Sequence[dict] = (),
     planned: int = 0,
 ) -> str:
@@ -318,16 +337,26 @@ def markdown(
             )
     if tests:
         out.write(
-            "\n## Paired tests over queries (pooled over the evaluated collections)\n\n"
-            "Per query nDCG@10 (RR@10 where that is the collection's measure), seeds averaged per query; "
-            "randomization (sign-flip) test, two-sided, 9,999 resamples; 95 % bootstrap CI of the mean "
-            "difference A − B.\n\n| A | B | queries | mean A | mean B | A − B | 95 % CI | p |\n"
-            "|---|---|---|---|---|---|---|---|\n"
+            "\n## Paired tests over queries (equal weight per collection)\n\n"
+            "Per query nDCG@10 (RR@10 where that is the collection's measure). **mean A, mean B, A − B**: the mean "
+            "over collections of each collection's mean (equal weights; seeds averaged), the quantity the tables "
+            "print. **p**: sign-flip test of that difference, stratified by collection (two-sided, 9,999 "
+            "resamples); **Holm**: p corrected across this report's tests. **95 % CI**: bootstrap over seeds × "
+            "queries (seeds resampled per configuration, queries within collection). **TOST**: equivalence "
+            "within the stated margin (p; only for `--contrast A:B:MARGIN`); no difference is claimed without "
+            "it. **pooled**: the secondary test of the query-pooled mean difference (queries weighted by "
+            "collection size, seeds averaged).\n\n"
+            "| A | B | queries | seeds A, B | mean A | mean B | A − B | 95 % CI (seeds × queries) | p | Holm | "
+            "TOST | pooled A − B | pooled p |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         )
         for test in tests:
+            equivalence = "" if test.margin is None else f"±{test.margin:g}: {test.tost_p_value:.4f}"
+            holm_p = "" if test.p_holm is None else f"{test.p_holm:.4f}"
             out.write(
-                f"| {test.a} | {test.b} | {test.units} | {test.mean_a:.4f} | {test.mean_b:.4f} | "
-                f"{test.mean_difference:+.4f} | [{test.ci_low:+.4f}, {test.ci_high:+.4f}] | {test.p_value:.4f} |\n"
+                f"| {test.a} | {test.b} | {test.units} | {test.seeds_a}, {test.seeds_b} | {test.mean_a:.4f} | "
+                f"{test.mean_b:.4f} | {test.mean_difference:+.4f} | [{test.ci_low:+.4f}, {test.ci_high:+.4f}] | "
+                f"{test.p_value:.4f} | {holm_p} | {equivalence} | {test.pooled_difference:+.4f} | "
+                f"{test.pooled_p_value:.4f} |\n"
             )
     out.write(
         "\n![loss curves](plots/loss_curves.png)\n![effectiveness vs FLOPS](plots/effectiveness_vs_flops.png)\n"
@@ -461,14 +490,14 @@ def unfinished_runs(rows: list[dict], baselines: list[str], runs: list[str]) -> 
 
 
 def build_report(directory: str | Path, command: str | None = None, contrasts: Iterable[str] = ()) -> dict:
-    """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder; ``contrasts`` (``"A:B"``)
-    are tested on top of the report's own pairs. A contrast naming a configuration with no finished run is
-    refused before anything is written."""
+    """Write ``results.csv``, ``results.md`` and ``plots/*.png`` into the sweep folder; ``contrasts`` (``"A:B"``,
+    or ``"A:B:MARGIN"`` with an equivalence margin) are tested on top of the report's own pairs. A contrast naming
+    a configuration with no finished run is refused before anything is written."""
     directory = Path(directory)
     pairs = [parse_contrast(text) for text in contrasts]
     rows = collect(directory)
     known = {row["configuration"] for row in rows if row.get("status") == "done"}
-    missing = sorted({name for pair in pairs for name in pair} - known)
+    missing = sorted({name for pair in pairs for name in pair[:2]} - known)
     if missing:
         raise InputError(
             f"--contrast names {', '.join(missing)}: no finished run of that configuration in "
