@@ -120,6 +120,46 @@ def test_quickstart_end_to_end(tiny_model_dirs, beir_folder, tmp_path, cli):
     assert "(query-q1.html)" in (out / "explain" / "summary.md").read_text()
 
 
+def test_quickstart_compare_trains_the_backbone_as_is_beside_the_fix(tiny_model_dirs, beir_folder, tmp_path, cli):
+    """--compare: a second run without rescaling, same seed and data; its evaluation in the table; one plot."""
+    from spladekit.model.head import divide_head
+    from spladekit.training.monitors import read_metrics
+
+    inflated = tmp_path / "inflated"
+    encoder = SparseEncoder.from_pretrained(tiny_model_dirs["bert"])
+    divide_head(encoder.model, 1 / 8, mode="untie")  # a head 8× too large: auto-k picks k > 1
+    encoder.save(inflated)
+    out = tmp_path / "qs"
+    result = cli(
+        "quickstart",
+        "--backbone",
+        inflated,
+        "--train-data",
+        beir_folder,
+        "--output",
+        out,
+        "--steps",
+        "4",
+        "--compare",
+        "--json",
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["k"] > 1
+    as_is_model = SparseEncoder.from_pretrained(out / "train-as-is" / "model")
+    assert as_is_model.model.config.to_dict().get("spladekit_rescale") is None  # trained without rescaling
+    collection = load_collection(beir_folder, "test")
+    again = evaluate(as_is_model, collection, cache=False, show_progress=False)
+    assert summary["as_is"]["nDCG@10"] == pytest.approx(again.metrics["nDCG@10"])
+    fixed, plain = read_metrics(out / "train"), read_metrics(out / "train-as-is")
+    assert [r["step"] for r in fixed] == [r["step"] for r in plain] and fixed[0]["loss"] != plain[0]["loss"]
+    table = (out / "summary.md").read_text()
+    assert f"| trained as is (k = 1, 4 steps) | {summary['as_is']['nDCG@10']:.4f} |" in table
+    assert (out / "compare.png").read_bytes().startswith(b"\x89PNG") and summary["compare_plot"] == str(
+        out / "compare.png"
+    )
+
+
 def test_quickstart_refuses_existing_output(tiny_model_dirs, beir_folder, tmp_path, cli):
     (tmp_path / "qs").mkdir()
     (tmp_path / "qs" / "x").write_text("keep")

@@ -73,6 +73,12 @@ def quickstart(
         help="Announce each stage and show progress bars on encoding, training and search (on stderr).",
     ),
     device: str = DEVICE,
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Also train the backbone as it is (no rescaling; the same seed, data and steps), evaluate it, and "
+        "plot both runs' loss and sparsity on one figure (OUTPUT/compare.png).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
@@ -97,6 +103,7 @@ def quickstart(
         eval_data=eval_data,
         max_length=max_length,
         device=device,
+        compare=compare,
     )
     plots = "".join(f"\n  {path}" for path in summary["plot_files"]) or f" {summary['plots']} (none written)"
     emit(
@@ -105,5 +112,5 @@ def quickstart(
         None,
         f"{summary['table']}\n\nrecommended k {summary['recommended_k']:g}, trained "
         f"with k {summary['k'] or 1:g}; summary in {output / 'summary.md'}, model in {summary['model']}\n"
-        f"plots:{plots}",
+        f"plots:{plots}" + (f"\ncomparison plot: {summary['compare_plot']}" if summary.get("compare_plot") else ""),
     )

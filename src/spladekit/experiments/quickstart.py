@@ -59,6 +59,7 @@ from spladekit.model.rescaling import RescaleRecord, resolve_rescale
 from spladekit.training import TrainConfig, load_config, train
 from spladekit.training.loop import recipe
 from spladekit.training.mining import find_or_mine
+from spladekit.training.monitors import write_comparison_plot
 from spladekit.training.setup import resolved_config
 
 logger = logging.getLogger("spladekit")
@@ -104,14 +105,22 @@ def _row(label: str, result: EvaluationResult) -> str:
     return "| " + " | ".join([label, *cells]) + " |"
 
 
-def summary_table(before: EvaluationResult, after: EvaluationResult, rescaling: RescaleRecord, steps: int) -> str:
+def summary_table(
+    before: EvaluationResult,
+    after: EvaluationResult,
+    rescaling: RescaleRecord,
+    steps: int,
+    as_is: EvaluationResult | None = None,
+) -> str:
     header = ["model", *after.measures, "FLOPS", "query nnz", "doc nnz"]
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
         _row("backbone as is (k = 1, before this training)", before),
-        _row(f"trained ({rescaling.describe()}, {steps} steps)", after),
     ]
+    if as_is is not None:  # --compare: the same training without the fix
+        lines.append(_row(f"trained as is (k = 1, {steps} steps)", as_is))
+    lines.append(_row(f"trained ({rescaling.describe()}, {steps} steps)", after))
     return "\n".join(lines)
 
 
@@ -181,6 +190,7 @@ def quickstart(
     eval_data: str | Path | None = None,
     max_length: int | None = None,
     device: str = "auto",
+    compare: bool = False,
 ) -> dict:
     """Run the whole pipeline on ``backbone`` (hub id or folder), training on ``triplets`` (default
     ``DATA/triplets-train.tsv``, else BM25 triplets mined from the train split of ``data``: folder, ir_datasets
@@ -188,7 +198,11 @@ def quickstart(
     documents cut to ``max_length`` tokens (default: the model's limit); ``config`` = base training YAML.
     ``None`` for backbone, data and eval_data: :func:`default_assets` (with ``data`` given, eval_data defaults
     to it). Each stage is announced through ``say`` (one line each); ``show_progress`` shows progress bars on
-    the long steps. Every stage runs on ``device`` (:func:`spladekit.common.devices.resolve_device`)."""
+    the long steps. Every stage runs on ``device`` (:func:`spladekit.common.devices.resolve_device`).
+
+    ``compare``: also train the backbone as it is (no rescaling; the same seed, data and steps) into ``train-as-is/``,
+    evaluate it too, and plot both runs' loss and document sparsity on one figure (``compare.png``): the
+    collapse and its fix, for this backbone."""
     resolve_device(device)  # before any work
     defaults = default_assets()
     backbone = backbone or defaults[0]
@@ -213,6 +227,7 @@ def quickstart(
             show_progress,
             say,
             device,
+            compare,
         )
     return summary
 
@@ -230,6 +245,7 @@ def _quickstart(
     show_progress: bool,
     say: Callable[[str], None],
     device: str,
+    compare: bool = False,
 ) -> dict:
     """The pipeline, written into ``output`` (the staging folder); paths recorded in files are final ones."""
     say(
@@ -278,6 +294,14 @@ def _quickstart(
     run = train(settings, output / "train", device=device)
     # either kind (model.kind in --config)
     trained = load_model(run.model, trust_remote_code=trust_remote_code, device=device)
+    as_is = None
+    if compare:
+        say(f"      --compare: the same {steps} steps (seed, data) with the backbone as it is (k = 1)")
+        unchanged = dataclasses.replace(settings.rescale, k=None, mode="tied")
+        as_is_run = train(dataclasses.replace(settings, rescale=unchanged), output / "train-as-is", device=device)
+        as_is_model = load_model(as_is_run.model, trust_remote_code=trust_remote_code, device=device)
+        as_is = evaluate(as_is_model, collection, max_length=max_length, cache=False, show_progress=show_progress)
+        say(f"      trained as is: {_metrics_line(as_is)}")
 
     say(f"[4/{STAGES}] evaluate after: the trained model ({rescaling.describe()})")
     after = evaluate(
@@ -297,8 +321,14 @@ def _quickstart(
     # the card again: this evaluation happened after training (the training wrote the card without it)
     training = recipe(run.config, run.initial_head) | {"training data": str(final_path(triplets))}
     write_model_card(run.model, trained, training=training, evaluation=[after])
-    table = summary_table(before, after, rescaling, steps)
+    table = summary_table(before, after, rescaling, steps, as_is)
     plots = final_path(run.output / "plots")
+    compared = None
+    if as_is is not None:
+        drawn = write_comparison_plot(
+            {"as is (k = 1)": output / "train-as-is", rescaling.describe(): run.output}, output / "compare.png"
+        )
+        compared = None if drawn is None else str(final_path(drawn))
     summary = {
         "backbone": str(backbone),
         "data": str(data),
@@ -313,6 +343,7 @@ def _quickstart(
         "plot_files": [str(plots / path.name) for path in sorted((run.output / "plots").glob("*.png"))],
         "before": before.to_dict(),
         "after": after.to_dict(),
+        **({} if as_is is None else {"as_is": as_is.to_dict(), "compare_plot": compared}),
     }
     with atomic_file(output / "summary.json") as stream:
         stream.write(json.dumps(summary, indent=2, default=str) + "\n")

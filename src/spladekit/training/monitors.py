@@ -191,3 +191,29 @@ def write_plots(output: Path) -> list[Path]:
         plt.close(figure)
         written.append(folder / name)
     return written
+
+
+def write_comparison_plot(runs: dict[str, Path], target: Path) -> Path | None:
+    """One PNG of the loss and the document sparsity (active terms) of several training runs against the step, each
+    run one line (``runs``: label → run folder with ``metrics.jsonl``); None when no run logged anything."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logged = {label: read_metrics(folder) for label, folder in runs.items()}
+    if not any(logged.values()):
+        return None
+    figure, (loss_axes, nnz_axes) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for label, records in logged.items():
+        steps = [record["step"] for record in records]
+        loss_axes.plot(steps, [record.get("loss", math.nan) for record in records], label=label)
+        nnz_axes.plot(steps, [record.get("d_nnz", math.nan) for record in records], label=label)
+    loss_axes.set(xlabel="step", title="training loss")
+    nnz_axes.set(xlabel="step", title="active terms per document", yscale="log")
+    loss_axes.legend()
+    figure.tight_layout()
+    with atomic_file(target, "wb") as stream:
+        figure.savefig(stream, format="png")
+    plt.close(figure)
+    return target
