@@ -113,7 +113,8 @@ def report(
         "--contrast",
         help="Also test configuration A against B, written A:B "
         "(names as in the report's configuration table, e.g. tiny__k16__untie:tiny__k16__tied, "
-        "or a baseline such as bm25), with a third field, the margin (A, B, MARGIN joined by colons), to add an equivalence test (TOST) within ±MARGIN, "
+        "or a baseline such as bm25), with a third field, the margin (A, B, MARGIN joined by colons), "
+        "to add an equivalence test (TOST) within ±MARGIN, "
         "a margin stated before the runs; repeatable.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
