@@ -360,3 +360,32 @@ def test_a_folded_vectors_folder_round_trips_through_index_search_explain_and_ex
     assert vocabulary_tokens(model, fold.dimensions) == list(fold.dimension_tokens)
     with pytest.raises(SpladekitError, match="vocabulary fold has"):
         vocabulary_tokens(model, encoder.head.vocab_size)
+
+
+def test_a_fold_that_folds_nothing_says_so(tiny_model_dirs, caplog):
+    """The tiny models' vocabulary is lowercase: a case fold has nothing to fold, and says it (nothing is silent)."""
+    with caplog.at_level("WARNING", logger="spladekit"):
+        encoder = tiny_encoder(tiny_model_dirs, "bert", vocab_fold="case")
+    assert encoder.fold.folded_tokens == 0 and encoder.vocab_size == encoder.head.vocab_size
+    assert any(
+        "vocab_fold=case" in record.message and "nothing was folded" in record.message for record in caplog.records
+    )
+
+
+def test_an_inference_free_model_with_a_fold_weights_the_folds_dimensions(tiny_model_dirs):
+    """The query table has one weight per folded dimension; a query's tokens map onto those dimensions."""
+    from spladekit.model.inference_free import InferenceFreeEncoder, idf_weights
+
+    documents = tiny_encoder(tiny_model_dirs, "bert", "fused", vocab_fold="space")
+    fold = documents.fold
+    table = idf_weights(documents.tokenizer, TEXTS, documents.vocab_size, show_progress=False, token_map=fold.token_map)
+    assert table.shape == (fold.dimensions,)
+    model = InferenceFreeEncoder(documents, table, query_max_length=16)
+    query = "capital of france"
+    vector = model.encode_query([query], show_progress=False)
+    ids = documents.tokenizer(query, add_special_tokens=False)["input_ids"]
+    expected = {int(d): float(table[d]) for d in np.unique(fold.token_map[ids]) if float(table[d]) != 0}
+    assert dict(zip(vector.indices.tolist(), vector.data.tolist())) == pytest.approx(expected)
+    differentiable = model.query_forward([query])
+    np.testing.assert_allclose(differentiable.detach().numpy(), vector.toarray(), rtol=1e-6)
+    assert model.encode_document(TEXTS[:2], show_progress=False).shape[1] == fold.dimensions
