@@ -52,6 +52,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "foreign",
             "backbone",
             "head",
+            "head_options",
+            "folding",
             "pooling",
             "triton_head",
             "packing",
@@ -70,7 +72,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("training", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
     ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),
-    ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart", "keys"]),
+    ("serve", ["settings", "tei", "metrics", "security", "encoding", "search", "batching", "page", "app"]),
+    ("cli", ["app", "core", "retrieval", "train", "explain", "export", "experiments", "quickstart", "keys", "serve"]),
 ]
 
 

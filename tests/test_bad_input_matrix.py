@@ -735,6 +735,11 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "--only 'b__k4' matches no run or baseline of the plan (b__k1__none, b__untouched, bm25)",
     ),
     # explain
+    ("serve-missing-model", lambda t, w: ["serve", t / "nope" / "model"], "no such model folder"),
+    ("serve-exposed-without-key", lambda t, w: ["serve", w["model"], "--host", "0.0.0.0"], "without an API key"),
+    ("serve-collection-without-index", lambda t, w: ["serve", w["model"], "--collection", w["beir"]], "--index"),
+    ("serve-bad-precision", lambda t, w: ["serve", w["model"], "--precision", "fp16"], "--precision"),
+    ("serve-missing-index", lambda t, w: ["serve", w["model"], "--index", t / "nope" / "index"], "nope"),
     (
         "explain-missing-model",
         lambda t, w: ["explain", t / "nope" / "model", "a query", "--json-out", t / "OUT.json"],

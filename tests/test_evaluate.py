@@ -525,8 +525,8 @@ def test_bf16_encoding_is_close_to_fp32_and_recorded_where_the_vectors_are(model
     assert [result.provenance["bf16"] for result in results] == [False, True]
     assert results[0].provenance["cache_dir"] != results[1].provenance["cache_dir"]
     encode_to_shards(str(model_dir), folder / "corpus.jsonl", tmp_path / "vectors", bf16=True, show_progress=False)
-    assert json.loads((tmp_path / "vectors" / "manifest.json").read_text())["plan"]["bf16"] is True
-    with pytest.raises(SpladekitError, match="bf16"):  # resuming without --bf16: another plan
+    assert json.loads((tmp_path / "vectors" / "manifest.json").read_text())["plan"]["precision"] == "bf16"
+    with pytest.raises(SpladekitError, match="--precision bf16, not fp32"):  # resuming in fp32: another plan
         encode_to_shards(
             str(model_dir), folder / "corpus.jsonl", tmp_path / "vectors", resume=True, show_progress=False
         )

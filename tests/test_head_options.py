@@ -389,3 +389,15 @@ def test_an_inference_free_model_with_a_fold_weights_the_folds_dimensions(tiny_m
     differentiable = model.query_forward([query])
     np.testing.assert_allclose(differentiable.detach().numpy(), vector.toarray(), rtol=1e-6)
     assert model.encode_document(TEXTS[:2], show_progress=False).shape[1] == fold.dimensions
+
+
+def test_a_plain_saved_model_takes_head_options_and_a_model_with_options_keeps_its_own(tiny_model_dirs, tmp_path):
+    plain = tiny_encoder(tiny_model_dirs, "bert", "fused")
+    plain.save(tmp_path / "plain")
+    shifted = SparseEncoder.from_pretrained(tmp_path / "plain", head=HeadOptions(logit_shift=0.5))
+    assert shifted.head_options.logit_shift == 0.5  # e.g. an inflated backbone of a sweep, trained with options
+    assert SparseEncoder.from_pretrained(tmp_path / "plain").head_options.plain
+    shifted.save(tmp_path / "shifted")
+    assert SparseEncoder.from_pretrained(tmp_path / "shifted").head_options.logit_shift == 0.5
+    with pytest.raises(SpladekitError, match="trained with head options logit_shift=0.5"):
+        SparseEncoder.from_pretrained(tmp_path / "shifted", head=HeadOptions(position_top_k=3))

@@ -9,6 +9,7 @@ from spladekit.cli import (
     keys,  # noqa: F401
     quickstart,  # noqa: F401
     retrieval,  # noqa: F401
+    serve,  # noqa: F401
     train,  # noqa: F401
 )
 from spladekit.cli.app import app, main

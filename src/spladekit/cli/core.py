@@ -25,12 +25,40 @@ DEVICE = typer.Option(
     help="Where the model runs: auto (the GPU when CUDA is available, else the CPU), cpu, cuda or cuda:N.",
 )
 
+PRECISION = typer.Option(
+    "fp32",
+    "--precision",
+    help="The encoder's arithmetic: fp32 (default), bf16 (autocast; the weights stay fp32), int8 (the backbone's "
+    "linear layers quantized dynamically; CPU only, encoding only) or auto (bf16 where the hardware multiplies bf16 "
+    "natively: AVX512-BF16 or AMX CPUs, GPUs with bf16; else fp32). bf16 and int8 are not bit-identical to fp32; "
+    "what ran is recorded with the vectors / result. Speed and parity: docs/benchmarks.md.",
+)
+
 BF16 = typer.Option(
     False,
     "--bf16",
-    help="Encode under bf16 autocast (weights stay fp32): faster where the hardware has bf16 matmuls (speed: "
-    "docs/benchmarks.md), not bit-identical to fp32 (parity: docs/encoding.md); recorded with the vectors / result.",
+    help="Encode under bf16 autocast: the deprecated spelling of --precision bf16 (still accepted; where the command "
+    "has --precision, a one-line notice says so).",
 )
+
+
+def chosen_precision(precision: str, bf16: bool) -> str:
+    """``--precision`` checked (one error line for a bad value), with the deprecated ``--bf16`` mapped onto it
+    (a one-line notice on stderr; ``--bf16`` with another ``--precision`` than bf16/fp32 is refused)."""
+    import sys
+
+    from spladekit.common.devices import BF16 as BF16_PRECISION
+    from spladekit.common.devices import FP32, check_precision
+    from spladekit.common.errors import SpladekitError
+
+    check_precision(precision)
+    if not bf16:
+        return precision
+    if precision not in (FP32, BF16_PRECISION):
+        raise SpladekitError(f"--bf16 means --precision bf16, which contradicts --precision {precision}: give one")
+    print("notice: --bf16 is deprecated, use --precision bf16 (the same encoding)", file=sys.stderr)
+    return BF16_PRECISION
+
 
 COMPILE = typer.Option(
     False,
@@ -269,6 +297,7 @@ def encode(
     ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     device: str = DEVICE,
+    precision: str = PRECISION,
     bf16: bool = BF16,
     compiled: bool = COMPILE,
     as_json: bool = JSON_FLAG,
@@ -294,8 +323,8 @@ def encode(
         pooling=pooling,
         trust_remote_code=trust_remote_code,
         device=device,
-        bf16=bf16,
         compiled=compiled,
+        precision=chosen_precision(precision, bf16),
     )
     meta = {} if result.manifest is None else result.manifest["meta"]
     payload = {

@@ -16,8 +16,10 @@ from spladekit.cli.core import (
     DEVICE,
     JSON_FLAG,
     JSON_OUTPUT,
+    PRECISION,
     TRUST_REMOTE_CODE,
     checked_device,
+    chosen_precision,
     max_active_dims_option,
 )
 from spladekit.common.errors import SpladekitError
@@ -172,6 +174,7 @@ def search(
     param: list[str] = typer.Option([], "--param", help=params_help("search")),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
     device: str = DEVICE,
+    precision: str = PRECISION,
     bf16: bool = BF16,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
@@ -185,6 +188,7 @@ def search(
     if query_vectors is None and (queries is None or model is None):
         raise SpladekitError("give --queries and --model, or --query-vectors")
     checked_device(device)
+    precision = chosen_precision(precision, bf16)
     with opened(output, folder=False, overwrite=overwrite) as staged:
         searcher_class = index_backend(index_dir)
         params = searcher_class.check_params(parse_params(param), "search")  # before reading anything
@@ -205,7 +209,7 @@ def search(
                 from spladekit.model.loading import load_model
 
                 assert model is not None  # checked above
-                encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+                encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, precision=precision)
                 if encoder.vocab_size != searcher.vocab_size:
                     raise SpladekitError(
                         f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
@@ -288,6 +292,7 @@ def evaluate(
         "(a new folder unless --overwrite, written atomically).",
     ),
     device: str = DEVICE,
+    precision: str = PRECISION,
     bf16: bool = BF16,
     compiled: bool = COMPILE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
@@ -327,6 +332,7 @@ def evaluate(
     backend_params = check_backend(backend, parse_params(param))  # parameters and prerequisites, before the model
     check_max_active_dims(max_active_dims)
     checked_device(device)
+    precision = chosen_precision(precision, bf16)
     if dry_run:
         from spladekit.evaluation.cost import estimate_evaluation, estimate_table, workloads
 
@@ -335,7 +341,7 @@ def evaluate(
         if output is not None or run_dir is not None:
             raise SpladekitError("--dry-run writes nothing: drop --json-out / --run-dir (--json prints the estimate)")
         workloads(data, split, data_root)  # bad data is reported before the model loads
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, precision=precision)
         estimate = estimate_evaluation(
             encoder,
             data,
@@ -360,7 +366,11 @@ def evaluate(
         from spladekit.evaluation.evaluate import cache_corpora
 
         encoder = load_model(
-            model, trust_remote_code=trust_remote_code, device=str(processes.device), bf16=bf16, compiled=compiled
+            model,
+            trust_remote_code=trust_remote_code,
+            device=str(processes.device),
+            precision=precision,
+            compiled=compiled,
         )
         cache_corpora(encoder, data, split, data_root, max_length, batch_size, processes)
         distributed.teardown(processes)
@@ -370,7 +380,9 @@ def evaluate(
         opened(run_dir, folder=True, overwrite=overwrite) as staged_runs,
     ):
         where = device if processes is None else str(processes.device)
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=where, bf16=bf16, compiled=compiled)
+        encoder = load_model(
+            model, trust_remote_code=trust_remote_code, device=where, precision=precision, compiled=compiled
+        )
         result = evaluate_data(
             encoder,
             data,
@@ -420,6 +432,7 @@ def fidelity(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash the encoded corpus in $SPLADEKIT_CACHE."),
     device: str = DEVICE,
+    precision: str = PRECISION,
     bf16: bool = BF16,
     compiled: bool = COMPILE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
@@ -439,11 +452,12 @@ def fidelity(
     check_targets(target)
     check_tolerance(tolerance)
     checked_device(device)
+    precision = chosen_precision(precision, bf16)
     if data in SUITES:
         raise SpladekitError(f"fidelity measures one collection, and {data} is a suite: name one of its collections")
     with opened(output, folder=False, overwrite=overwrite) as staged:
         collection = load_collection(data, split)
-        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, bf16=bf16)
+        encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, precision=precision)
         report = measure_fidelity(
             encoder,
             collection,

@@ -51,7 +51,7 @@ def train(
         "--device",
         help="Where to train: auto (under torchrun each process's GPU "
         "cuda:LOCAL_RANK when CUDA is available, else the CPU), cpu, cuda or cuda:N (one "
-        "process). bf16 autocast: optimization.bf16 in the config.",
+        "process). Arithmetic (fp32, bf16, auto): optimization.precision in the config.",
     ),
 ) -> None:
     """Train a SPLADE model (InfoNCE or distillation + FLOPS/L1).

@@ -5,6 +5,11 @@
 torchrun), else the CPU. ``autocast`` is the bf16 autocast of the backbone used by training (and by any
 caller that wants it), on whatever device the tensors are: the SPLADE head (``pooling.py``) needs no
 device-specific code, its matmuls and reductions are plain torch ops.
+
+``resolve_precision`` is the one precision rule (``--precision auto|fp32|bf16|int8``, ``optimization.precision``):
+``fp32``, ``bf16`` (autocast, the weights stay fp32) and ``int8`` (dynamic int8 quantization of the backbone's linear
+layers, CPU encoding only: :func:`spladekit.model.loading.quantize_backbone`) are taken as given; ``auto`` follows
+:func:`auto_precision`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import torch
 from spladekit.common.errors import SpladekitError
 
 AUTO = "auto"
+FP32, BF16, INT8 = "fp32", "bf16", "int8"
+PRECISIONS = (AUTO, FP32, BF16, INT8)  # what --precision and optimization.precision accept
 
 
 def resolve_device(name: str | None = AUTO, local_rank: int = 0) -> torch.device:
@@ -44,3 +51,42 @@ def resolve_device(name: str | None = AUTO, local_rank: int = 0) -> torch.device
 def autocast(device: torch.device, enabled: bool) -> AbstractContextManager:
     """bf16 autocast on ``device`` when ``enabled`` (a no-op context otherwise)."""
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bf16 matrices natively: a CPU with AVX512-BF16 or AMX (torch's own probes; its
+    public API has none), or a CUDA GPU whose torch reports bf16 support."""
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+
+
+def auto_precision(device: torch.device) -> str:
+    """What ``--precision auto`` runs on ``device``: bf16 autocast where the hardware multiplies bf16 natively
+    (:func:`native_bf16`), fp32 elsewhere. int8 is never automatic (it is opt-in, encoding only).
+
+    The rule may pick only a precision whose effectiveness parity with fp32 has been shown: the pre-registered
+    experiment (nDCG@10 within 0.002 of fp32 on every shared collection, paired TOST) is
+    docs/results/precision-parity/PREDICTIONS.md, its results are reported in docs/benchmarks.md. Every command's
+    default stays ``fp32`` (not ``auto``) until those results are in."""
+    return BF16 if native_bf16(device) else FP32
+
+
+def check_precision(precision: str, where: str = "--precision") -> str:
+    """``precision`` when it is one of :data:`PRECISIONS`, else a SpladekitError naming ``where``."""
+    if precision not in PRECISIONS:
+        raise SpladekitError(f"{where} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def resolve_precision(precision: str, device: torch.device, where: str = "--precision") -> str:
+    """``precision`` (:data:`PRECISIONS`) as what runs on ``device``: ``fp32``, ``bf16`` or ``int8`` (``auto``:
+    :func:`auto_precision`). int8 runs on the CPU only (torch's dynamic quantized kernels are CPU kernels)."""
+    if check_precision(precision, where) == AUTO:
+        return auto_precision(device)
+    if precision == INT8 and device.type != "cpu":
+        raise SpladekitError(f"{where} int8 runs on the CPU only (torch's dynamic int8 kernels); got device {device}")
+    return precision

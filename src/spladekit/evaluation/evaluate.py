@@ -113,7 +113,8 @@ def encode_corpus(
     (:func:`cache_corpus`; under ``torchrun``, ``processes``: every rank encodes its share of it).
 
     The cache key covers everything that changes the vectors: the model's weights, the corpus, the
-    token limit and the pooling implementation (``fused-bf16`` may differ from ``fused`` in the last bits).
+    token limit, the pooling implementation (``fused-bf16`` may differ from ``fused`` in the last bits) and the
+    precision (bf16 or int8 arithmetic changes the vectors).
     An entry is a sharded vectors folder written through :func:`spladekit.vectors.encoding.write_shards`
     (one shard's vectors in memory at a time while encoding; an interrupted evaluation resumes its shards).
     """
@@ -129,7 +130,14 @@ def encode_corpus(
         seconds = round(time.perf_counter() - started, 3)
         return (
             Vectors(
-                matrix, corpus.ids, {"max_length": max_length, "pooling": encoder.pooling, "encode_seconds": seconds}
+                matrix,
+                corpus.ids,
+                {
+                    "max_length": max_length,
+                    "pooling": encoder.pooling,
+                    "precision": encoder.precision,
+                    "encode_seconds": seconds,
+                },
             ),
             {"encode_docs_seconds": seconds, "corpus_cached": False, "cache_dir": None},
         )
@@ -164,7 +172,8 @@ def cache_corpus(
     (each rank may finalize it: identical bytes)."""
     model_sha256 = model_fingerprint(encoder)
     corpus_sha256 = corpus_fingerprint(zip(corpus.ids, corpus.texts))
-    precision = "|bf16" if encoder.bf16 else ""  # appended only when on: earlier cache entries stay valid
+    # appended only when not fp32: earlier cache entries stay valid (bf16 ones too: the same "|bf16" as before)
+    precision = "" if encoder.precision == "fp32" else f"|{encoder.precision}"
     key = hashlib.sha256(
         f"{model_sha256}|{corpus_sha256}|{max_length}|{encoder.pooling}{precision}".encode()
     ).hexdigest()
@@ -325,6 +334,7 @@ def evaluate(
             "self_hits_removed": self_hits,
             "pooling": encoder.pooling,
             "bf16": encoder.bf16,
+            "precision": encoder.precision,  # fp32, bf16 or int8: what ran (--precision auto resolved)
             "corpus_cached": encode_info["corpus_cached"],
             "cache_dir": encode_info["cache_dir"],
             "run": None if run_path is None else str(final_path(run_path)),

@@ -63,7 +63,7 @@ class EvaluationResult:
             timings={key: float(sum(part.timings.get(key) or 0.0 for part in parts)) for key in first.timings},
             provenance={
                 key: first.provenance[key]
-                for key in ("backend", "k", "max_length", "query_max_length", "max_active_dims")
+                for key in ("backend", "k", "max_length", "query_max_length", "max_active_dims", "precision")
                 if key in first.provenance
             },
             members=members,

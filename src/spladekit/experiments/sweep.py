@@ -402,7 +402,8 @@ def prepare_backbone(spec: BackboneSpec, output: Path, sweep: SweepConfig) -> tu
     if not report_path.is_file():
         recipe = config_from_dict(_run_values(sweep, spec, Cell(spec.name, "auto", "auto"), path), "sweep recipe")
         pairs = load_training_set(recipe.data).pairs(recipe.rescale.auto_pairs)
-        encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+        # with the recipe's head options: the vectors training diagnoses for auto-k
+        encoder = SparseEncoder.from_pretrained(path, trust_remote_code=spec.trust_remote_code, head=recipe.head)
         report = diagnose(encoder, pairs, max_length=recipe.data.doc_max_length, mode="auto").to_dict() | {
             "inflate": spec.inflate,
             "inflate_mode": spec.inflate_mode,

@@ -270,7 +270,9 @@ class SparseEncoder(nn.Module):
     ):
         super().__init__()
         check_pooling(pooling)
-        self.pooling, self.bf16 = pooling, bf16
+        self.pooling = pooling
+        # fp32, bf16 (autocast) or int8 (set by spladekit.model.loading.quantize_backbone): recorded with the vectors
+        self.precision = "bf16" if bf16 else "fp32"
         self.model = backbone.model
         self.tokenizer = backbone.tokenizer
         self.head_options = head_options(head)
@@ -300,6 +302,11 @@ class SparseEncoder(nn.Module):
         accepted = inspect.signature(self.model.forward).parameters
         self._input_names = [name for name in ("input_ids", "attention_mask", "token_type_ids") if name in accepted]
 
+    @property
+    def bf16(self) -> bool:
+        """Whether ``encode`` runs under bf16 autocast (``precision`` is bf16)."""
+        return self.precision == "bf16"
+
     # ----------------------------------------------------------------- loading and saving
     @classmethod
     def from_pretrained(
@@ -320,7 +327,8 @@ class SparseEncoder(nn.Module):
 
         ``pooling`` selects the SPLADE head implementation (see :class:`SparseEncoder`). ``max_length`` (document
         side) and ``query_max_length`` override the token limits the folder records in ``spladekit.json``.
-        ``head``: the head options for a backbone; a saved model keeps those it records (others are refused).
+        ``head``: the head options for a backbone (or a saved model whose head is plain); a saved model that records
+        other options keeps them (different ones are refused).
         ``device`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`spladekit.common.devices.resolve_device`) moves the
         model there; ``None`` leaves it where it loads (the CPU).
         """
@@ -333,6 +341,8 @@ class SparseEncoder(nn.Module):
         options = head_options(head)
         if recorded is not None:
             saved = head_options(recorded, folder / METADATA_FILE)
+            if saved.plain and head is not None:  # a plain model (or backbone saved by spladekit) takes options
+                saved = options
             if head is not None and options != saved:
                 raise SpladekitError(
                     f"{backbone.source} was trained with head options {saved.describe()}; refusing "

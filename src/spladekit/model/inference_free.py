@@ -291,6 +291,10 @@ class InferenceFreeEncoder(nn.Module):
         return self.document_encoder.bf16
 
     @property
+    def precision(self) -> str:  # documents only, as bf16
+        return self.document_encoder.precision
+
+    @property
     def vocab_size(self) -> int:
         return self.document_encoder.vocab_size
 

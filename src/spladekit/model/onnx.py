@@ -201,7 +201,7 @@ def export_onnx(
 class OnnxEncoder:
     """Encode texts with an exported SPLADE graph through onnxruntime (length-sorted batches, CSR rows in order)."""
 
-    bf16 = False
+    bf16 = False  # onnxruntime runs the graph as exported: fp32, or int8 (precision)
 
     def __init__(self, folder: str | Path, threads: int = 0):
         from transformers import AutoTokenizer
@@ -217,6 +217,7 @@ class OnnxEncoder:
         self.vocab_size, self.max_length = int(metadata["vocab_size"]), int(metadata["max_length"])
         self.query_max_length = metadata.get("query_max_length")
         self.pooling = "onnx" + ("-int8" if metadata.get("quantized") == "int8" else "")
+        self.precision = "int8" if metadata.get("quantized") == "int8" else "fp32"
         options = runtime.SessionOptions()
         options.intra_op_num_threads = threads
         self.session = runtime.InferenceSession(

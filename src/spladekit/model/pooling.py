@@ -187,10 +187,9 @@ def bf16_screen_pays(device: torch.device) -> bool:
 
     The measurements behind the rule (native bf16 CPUs faster, AVX2-only CPUs and the H200 not) are in
     docs/benchmarks.md, "On a CPU with native bf16"."""
-    if device.type != "cpu":
-        return False
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch's own; its public API has no bf16 probe
-    return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
+    from spladekit.common.devices import native_bf16  # the one probe of native bf16 (AVX512-BF16, AMX)
+
+    return device.type == "cpu" and native_bf16(device)
 
 
 def needs_grad(*tensors: torch.Tensor | None) -> bool:

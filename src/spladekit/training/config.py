@@ -114,7 +114,13 @@ class OptimizationConfig:
     max_grad_norm: float | None = declared(
         1.0, "clip the gradient norm to this (null: no clipping)", minimum=0, exclusive=True
     )
-    bf16: bool = declared(False, "run the forward under bf16 autocast (the head's matmul in bf16 too)")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = declared(
+        "fp32",
+        "the forward's arithmetic: fp32, bf16 (autocast, the head's matmul in bf16 too; the weights and optimizer stay "
+        "fp32) or auto (bf16 where the hardware multiplies bf16 natively, else fp32: "
+        "spladekit.common.devices.auto_precision); int8 is for encoding only and refused here",
+    )
+    bf16: bool = declared(False, "deprecated spelling of precision: bf16 (still accepted)")
     length_groups: int = declared(
         1,
         "cut each side of a batch by token length into at most this many forward passes, each padded to its "
@@ -282,6 +288,16 @@ def validate(config: TrainConfig, source: str | None = None) -> None:
         fail(
             f"optimization.batch_size ({config.optimization.batch_size}) must be a multiple of "
             f"optimization.accumulation ({config.optimization.accumulation})"
+        )
+    if config.optimization.precision == "int8":
+        fail(
+            "optimization.precision int8 is for encoding only (a dynamically quantized model has no backward): "
+            "train in fp32 or bf16, then encode with --precision int8"
+        )
+    if config.optimization.bf16 and config.optimization.precision not in ("fp32", "bf16"):
+        fail(
+            f"optimization.bf16 (deprecated: precision bf16) contradicts optimization.precision "
+            f"{config.optimization.precision}: set only optimization.precision"
         )
     if config.optimization.packing and config.optimization.length_groups != 1:
         fail(

@@ -216,7 +216,7 @@ def _train(
     place: InPlace | None,
 ) -> TrainedRun:
     run = start(config, output, resume, overwrite, processes, place)
-    opt, settings, device = run.config.optimization, StepSettings.of(run.config), processes.device
+    opt, settings, device = run.config.optimization, StepSettings.of(run.config, processes.device), processes.device
     step = run.start
     try:
         for step in range(run.start + 1, opt.steps + 1):

@@ -211,7 +211,7 @@ def write_comparison_plot(runs: dict[str, Path], target: Path) -> Path | None:
         nnz_axes.plot(steps, [record.get("d_nnz", math.nan) for record in records], label=label)
     loss_axes.set(xlabel="step", title="training loss")
     nnz_axes.set(xlabel="step", title="active terms per document", yscale="log")
-    loss_axes.legend()
+    loss_axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
     with atomic_file(target, "wb") as stream:
         figure.savefig(stream, format="png")

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 from spladekit.common import distributed
-from spladekit.common.devices import autocast
+from spladekit.common.devices import autocast, resolve_precision
 from spladekit.data.training import Example
 from spladekit.model.inference_free import InferenceFreeEncoder
 from spladekit.model.loading import RetrievalModel
@@ -41,12 +41,17 @@ class StepSettings:
     df_beta: float = 2.0
 
     @classmethod
-    def of(cls, config: TrainConfig) -> StepSettings:
+    def of(cls, config: TrainConfig, device: torch.device | None = None) -> StepSettings:
+        """The config's settings; ``optimization.precision`` resolved on ``device`` (None: the CPU), the deprecated
+        ``optimization.bf16`` read as precision bf16."""
+        precision = resolve_precision(
+            config.optimization.precision, device or torch.device("cpu"), "optimization.precision"
+        )
         return cls(
             config.data.query_max_length,
             config.data.doc_max_length,
             config.data.negatives,
-            config.optimization.bf16,
+            config.optimization.bf16 or precision == "bf16",
             config.loss.name,
             config.regularizer.name,
             config.optimization.length_groups,

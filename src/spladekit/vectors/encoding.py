@@ -36,7 +36,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from spladekit.common.atomic import check_new_output, mark_output, open_in_place, open_output
-from spladekit.common.devices import resolve_device
+from spladekit.common.devices import check_precision, resolve_device
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sparse import check_max_active_dims, nnz_per_row
 from spladekit.data.stream import iter_corpus, scan_corpus, update_fingerprint
@@ -50,6 +50,7 @@ from spladekit.vectors.shards import (
     existing_plan,
     finalize,
     is_sharded,
+    plan_precision,
     reusable_shard,
     seal,
     sealed_sidecars,
@@ -118,7 +119,9 @@ def build_plan(
         "side": side,
         "max_length": encoder.side_max_length(check_side(side), max_length),
         "pooling": encoder.pooling,
-        **({"bf16": True} if encoder.bf16 else {}),  # absent when off: folders made before stay resumable
+        # absent for fp32: folders made before stay resumable (and bf16 ones that recorded "bf16": true,
+        # shards.plan_precision)
+        **({} if encoder.precision == "fp32" else {"precision": encoder.precision}),
         "max_active_dims": max_active_dims,
         "shard_size": shard_size,
         "vocab_size": encoder.vocab_size,
@@ -184,6 +187,7 @@ def write_shards(
                     "side": plan["side"],
                     "max_length": plan["max_length"],
                     "pooling": plan["pooling"],
+                    "precision": plan_precision(plan),
                     "max_active_dims": plan["max_active_dims"],
                     "shard": index,
                     "documents": rows,
@@ -258,9 +262,13 @@ def encode_to_shards(
     show_progress: bool = True,
     bf16: bool = False,
     compiled: bool = False,
+    precision: str = "fp32",
 ) -> ShardedEncoding:
     """Encode ``corpus`` (a JSONL file, BEIR folder, HF or ir_datasets id) with ``model`` into the sharded
-    vectors folder ``output``; every check happens before the folder is created (see the module docstring)."""
+    vectors folder ``output``; every check happens before the folder is created (see the module docstring).
+    ``precision``: :func:`spladekit.model.loading.load_model`'s (``bf16=True``: its older spelling ``bf16``),
+    recorded in the plan; resuming a folder with another precision is refused, naming both."""
+    check_precision(precision)
     output = Path(output)
     check_side(side)
     check_max_active_dims(max_active_dims)
@@ -304,6 +312,7 @@ def encode_to_shards(
                 show_progress,
                 bf16=bf16,
                 compiled=compiled,
+                precision=precision,
             )
         except BaseException as error:  # ours, out of memory, an interrupt: what is complete stays, nothing else
             sealed = sealed_sidecars(output)
@@ -335,6 +344,7 @@ def _encode(
     show_progress: bool,
     bf16: bool = False,
     compiled: bool = False,
+    precision: str = "fp32",
 ) -> ShardedEncoding:
     scan = scan_corpus(corpus)
     processes = None
@@ -345,7 +355,13 @@ def _encode(
         selection = ShardSelection(processes.rank, processes.world_size)
     where = str(resolve_device(device) if processes is None else processes.device)
     encoder = load_model(
-        model, trust_remote_code=trust_remote_code, pooling=pooling, device=where, bf16=bf16, compiled=compiled
+        model,
+        trust_remote_code=trust_remote_code,
+        pooling=pooling,
+        device=where,
+        bf16=bf16,
+        compiled=compiled,
+        precision=precision,
     )
     plan = build_plan(
         encoder, model, str(corpus), scan.fingerprint, scan.documents, side, max_length, max_active_dims, shard_size

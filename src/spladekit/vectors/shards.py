@@ -68,10 +68,20 @@ def is_sharded(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file() or (Path(folder) / SHARDS).is_dir()
 
 
+def plan_precision(plan: dict) -> str:
+    """The precision a plan's vectors were encoded in: its ``precision`` (absent: fp32), or bf16 for a plan written
+    before the setting had that name (``"bf16": true``)."""
+    return plan.get("precision") or ("bf16" if plan.get("bf16") else "fp32")
+
+
 def plan_differences(first: dict, second: dict) -> list[str]:
-    """The plan keys whose values differ (names excepted: see ``NAMES``)."""
-    keys = (set(first) | set(second)) - set(NAMES)
-    return sorted(key for key in keys if first.get(key) != second.get(key))
+    """The plan keys whose values differ (names excepted: see ``NAMES``); ``precision`` as :func:`plan_precision`
+    reads it, so folders that recorded ``"bf16": true`` stay resumable under bf16."""
+    keys = (set(first) | set(second)) - set(NAMES) - {"bf16", "precision"}
+    differing = [key for key in keys if first.get(key) != second.get(key)]
+    if plan_precision(first) != plan_precision(second):
+        differing.append("precision")
+    return sorted(differing)
 
 
 @contextlib.contextmanager
@@ -147,6 +157,12 @@ def reusable_shard(folder: str | Path, index: int, plan: dict) -> bool:
 
 def check_plan(folder: str | Path, recorded: dict, plan: dict, where: Path) -> None:
     differing = plan_differences(recorded, plan)
+    if differing == ["precision"]:
+        raise SpladekitError(
+            f"{where}: {folder} was encoded with --precision {plan_precision(recorded)}, not "
+            f"{plan_precision(plan)}: resume with --precision {plan_precision(recorded)}, or choose another --output, "
+            "or --overwrite"
+        )
     if differing:
         raise SpladekitError(
             f"{where}: {folder} was encoded with another model, corpus or settings "
@@ -196,6 +212,7 @@ def finalize(folder: str | Path, plan: dict, shards: int) -> dict | None:
         "model": first.get("model"),
         "corpus": first.get("corpus"),
         "pooling": plan.get("pooling"),
+        "precision": plan_precision(plan),
         "side": plan.get("side"),
         "max_length": plan.get("max_length"),
         "max_active_dims": plan.get("max_active_dims"),
