@@ -117,7 +117,7 @@ def main() -> None:
             run(hidden).sum().backward()
             both[name] = min(both[name], time.perf_counter() - started)
             hidden.grad = projection.weight.grad = projection.bias.grad = None
-    shift = -float(projection.bias[0])
+    shift = -float(projection.bias.detach()[0])
     base = peak(None, shift)
     plain = "fused (plain)"
     memory = {name: peak(name, shift) - base for name in CONFIGS}
