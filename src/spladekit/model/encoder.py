@@ -453,7 +453,7 @@ class SparseEncoder(nn.Module):
 
     def prepare_texts(self, texts: Sequence[str]) -> list[str]:
         """The texts as the tokenizer sees them: lowercased under ``head.lowercase``."""
-        return [text.lower() for text in texts] if self.head_options.lowercase else list(texts)
+        return self.head_options.prepare_texts(texts)
 
     def pool(
         self,

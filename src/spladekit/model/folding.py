@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ class VocabularyFold:
     marker: str | None
     token_map: np.ndarray
     dimension_tokens: tuple[str, ...]
+    # the map as a tensor on each device it was used on (made once per device: dense() runs at every batch)
+    _indices: dict[torch.device, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -118,11 +120,9 @@ class VocabularyFold:
         return result
 
     def _index(self, device: torch.device) -> torch.Tensor:
-        cached = _INDEX_CACHE.get((id(self), device))
-        if cached is None:
-            cached = torch.from_numpy(self.token_map).to(device=device, dtype=torch.long).unsqueeze(0)
-            _INDEX_CACHE[(id(self), device)] = cached
-        return cached
+        if device not in self._indices:
+            self._indices[device] = torch.from_numpy(self.token_map).to(device=device, dtype=torch.long).unsqueeze(0)
+        return self._indices[device]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,9 +137,6 @@ class VocabularyFold:
     def save(self, folder: Path) -> None:
         with atomic_file(folder / FOLD_FILE) as stream:
             stream.write(json.dumps(self.to_json(), ensure_ascii=False) + "\n")
-
-
-_INDEX_CACHE: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
 def build_fold(tokenizer: Any, vocab_size: int, mode: str) -> VocabularyFold | None:

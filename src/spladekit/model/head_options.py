@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -79,6 +80,10 @@ class HeadOptions:
     def describe(self) -> str:
         changed = self.changed()
         return ", ".join(f"{name}={value}" for name, value in changed.items()) if changed else "plain SPLADE head"
+
+    def prepare_texts(self, texts: Sequence[str]) -> list[str]:
+        """The texts as the tokenizer sees them: lowercased under ``lowercase`` (the one place that rule lives)."""
+        return [text.lower() for text in texts] if self.lowercase else list(texts)
 
     def check_vocabulary(self, vocab_size: int) -> None:
         """A SpladekitError naming the key when ``position_top_k`` exceeds the ``vocab_size`` logits a token has."""

@@ -233,7 +233,7 @@ class OnnxEncoder:
 
     def prepare_texts(self, texts: Sequence[str]) -> list[str]:
         """The texts as the tokenizer sees them: lowercased under ``head.lowercase``."""
-        return [text.lower() for text in texts] if self.head_options.lowercase else list(texts)
+        return self.head_options.prepare_texts(texts)
 
     def side_max_length(self, side: Side, max_length: int | None = None) -> int:
         check_side(side)
