@@ -5,14 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 
-.PHONY: install test test-fast demo clean
+.PHONY: install test test-fast demo bench clean
 
 $(BIN)/spladekit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_PIN)
 	$(BIN)/pip install --quiet -e ".[dev]" $(TORCH_PIN)
-	# CIFF export (spladekit export --format ciff). ciff-toolkit pins protobuf<5, pymilvus needs protobuf>=5.27.2,
+	# CIFF export (spladekit export ciff). ciff-toolkit pins protobuf<5, pymilvus needs protobuf>=5.27.2,
 	# and ciff-toolkit works with the newer protobuf: installed without its dependencies, so it is not in
 	# pyproject's extras (pip could not resolve them together).
 	$(BIN)/pip install --quiet --no-deps ciff-toolkit==0.2.2
@@ -43,7 +43,15 @@ test-fast: install
 # DEMO_ARGS adds or overrides options, e.g. make demo DEMO_ARGS="--steps 20".
 DEMO_ARGS ?=
 demo: install
-	$(BIN)/spladekit quickstart --steps 50 --max-length 128 --output demo-output --overwrite $(DEMO_ARGS)
+	$(BIN)/spladekit quickstart --steps 50 --doc-max-length 128 --output demo-output --overwrite $(DEMO_ARGS)
+
+# The summary table of docs/benchmarks.md, regenerated: runs the rows of benchmarks/registry.py that fit this machine
+# (CPU rows; GPU rows where CUDA is), records the hardware with the results in docs/results/bench/, then rewrites the
+# table from every machine's results there. Long (hours at the registered sizes); BENCH_ARGS picks rows or sizes,
+# e.g. make bench BENCH_ARGS="--rows exact-search-100k", or BENCH_ARGS="--no-run" to only rewrite the table.
+BENCH_ARGS ?=
+bench: install
+	$(BIN)/python -m benchmarks --update-docs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-output

@@ -1,4 +1,4 @@
-"""Does the CIFF file ``spladekit export --format ciff`` writes hold what Anserini indexes? One run, two routes into
+"""Does the CIFF file ``spladekit export ciff`` writes hold what Anserini indexes? One run, two routes into
 Lucene, compared hit for hit:
 
 1. ``--backend anserini``: the vectors folder, quantized at the scale, indexed by Anserini (term = vocabulary id);

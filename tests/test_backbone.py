@@ -126,13 +126,13 @@ def test_what_transformers_still_refuses_is_one_error_naming_the_folder(tiny_mod
         load_backbone(folder)
 
 
-@pytest.mark.parametrize("command", [["diagnose"], ["export", "--format", "sentence-transformers", "--output"]])
-def test_cli_on_a_truncated_model_prints_one_error_line(tiny_model_dirs, tmp_path, command, cli):
+@pytest.mark.parametrize("command, options", [(["diagnose"], []), (["export", "sentence-transformers"], ["--output"])])
+def test_cli_on_a_truncated_model_prints_one_error_line(tiny_model_dirs, tmp_path, command, options, cli):
     folder = copy_of(tiny_model_dirs, tmp_path)
     weights = folder / "model.safetensors"
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])  # a copy cut short
-    args = [command[0], folder, *command[1:]] + ([tmp_path / "out"] if command[-1] == "--output" else [])
+    args = [*command, folder, *options] + ([tmp_path / "out"] if options == ["--output"] else [])
     result = cli(*map(str, args))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()

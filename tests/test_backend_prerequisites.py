@@ -191,14 +191,3 @@ def test_fidelity_refuses_a_target_whose_engine_is_missing_before_encoding(
     assert_one_line(result, "fidelity target bmp")
     # the targets that need nothing but numpy are measured without bmp
     fidelity_module.check_targets(["lucene-9bit", "impacts"])
-
-
-@pytest.mark.parametrize("case", ["qdrant-edge", "qdrant-server"])
-def test_cli_export_to_qdrant_refuses_before_reading_the_vectors(case, hide, cli, tmp_path, monkeypatch):
-    _, hidden, params, expected = MISSING[case]
-    Vectors(zipf_matrix(5, 20, 3, seed=6), [f"d{i}" for i in range(5)]).save(tmp_path / "vectors")
-    monkeypatch.setattr(Vectors, "load", fail("read the vectors"))
-    hide(hidden)
-    where = ["--url", params["url"]] if params else ["--qdrant-path", tmp_path / "shard"]
-    assert_one_line(cli("export", tmp_path / "vectors", "--format", "qdrant", *where), expected)
-    assert not (tmp_path / "shard").exists()

@@ -624,22 +624,21 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     # export
     (
         "export-missing-vectors",
-        lambda t, w: ["export", t / "nope", "--format", "opensearch", "--output", t / "OUT"],
+        lambda t, w: ["export", "opensearch", t / "nope", "--output", t / "OUT"],
         "no such vectors folder",
     ),
-    ("export-st-without-output", lambda t, w: ["export", w["model"], "--format", "sentence-transformers"], "--output"),
+    ("export-st-without-output", lambda t, w: ["export", "sentence-transformers", w["model"]], "--output"),
     (
         "export-ciff-missing-vectors",
-        lambda t, w: ["export", t / "nope", "--format", "ciff", "--output", t / "OUT.ciff"],
+        lambda t, w: ["export", "ciff", t / "nope", "--output", t / "OUT.ciff"],
         "no such vectors folder",
     ),
     (
         "export-ciff-zero-scale",
         lambda t, w: [
             "export",
-            w["vectors"],
-            "--format",
             "ciff",
+            w["vectors"],
             "--output",
             t / "OUT.ciff",
             "--quantization-scale",
@@ -651,9 +650,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "export-opensearch-negative-scale",
         lambda t, w: [
             "export",
-            w["vectors"],
-            "--format",
             "opensearch",
+            w["vectors"],
             "--output",
             t / "OUT",
             "--quantization-scale",
@@ -665,9 +663,8 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         "export-ciff-nan-scale",
         lambda t, w: [
             "export",
-            w["vectors"],
-            "--format",
             "ciff",
+            w["vectors"],
             "--output",
             t / "OUT.ciff",
             "--quantization-scale",
@@ -675,33 +672,32 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
         ],
         "quantization scale",
     ),
-    (  # today: the shard was written among the user's files, and --recreate deleted the folder whole
-        "export-qdrant-path-holds-other-files",
-        lambda t, w: ["export", w["vectors"], "-f", "qdrant", "--qdrant-path", users_folder(t), "--recreate"],
-        "not a folder spladekit wrote",
+    (  # export qdrant is gone (index --backend qdrant does it): one line saying so, whatever its old options
+        "export-qdrant-is-index",
+        lambda t, w: ["export", "qdrant", w["vectors"], "--url", "http://localhost:6333", "--collection", "c"],
+        "export qdrant is now spladekit index VECTORS --backend qdrant",
     ),
-    (  # today: the working folder (empty here) became the shard
-        "export-qdrant-path-is-the-working-folder",
-        lambda t, w: ["export", w["vectors"], "-f", "qdrant", "--qdrant-path", "."],
+    (  # once (export --format qdrant --qdrant-path .): the working folder (empty here) became the shard
+        "index-qdrant-output-is-the-working-folder",
+        lambda t, w: ["index", w["vectors"], "--backend", "qdrant", "--output", "."],
         "the working folder",
     ),
     (  # today: "quantization scale 10000000000.0 gives an impact of 8.95e+09", naming no document
         "export-ciff-impact-beyond-int32",
-        lambda t, w: ["export", w["vectors"], "-f", "ciff", "-o", t / "OUT.ciff", "--quantization-scale", "1e10"],
+        lambda t, w: ["export", "ciff", w["vectors"], "-o", t / "OUT.ciff", "--quantization-scale", "1e10"],
         "over 2,147,483,647, the largest CIFF can hold; lower --quantization-scale",
     ),
     (  # every weight rounds to 0: today a CIFF with no postings and exit 0
         "export-ciff-scale-rounds-everything-away",
-        lambda t, w: ["export", w["vectors"], "-f", "ciff", "--output", t / "OUT.ciff", "--quantization-scale", "1e-6"],
+        lambda t, w: ["export", "ciff", w["vectors"], "--output", t / "OUT.ciff", "--quantization-scale", "1e-6"],
         "100.0% of the 208 non-zero weights round to 0 at quantization scale 1e-06",
     ),
     (
         "export-opensearch-scale-rounds-everything-away",
         lambda t, w: [
             "export",
-            w["vectors"],
-            "-f",
             "opensearch",
+            w["vectors"],
             "--output",
             t / "OUT",
             "--quantization-scale",
@@ -951,7 +947,16 @@ CASES: list[tuple[str, Callable[[Path, dict], list], str]] = [
     ),
     (
         "tune-index-target-above-one",
-        lambda t, w: ["tune-index", w["vectors"], "--query-vectors", w["vectors"], "--target", "1.5", "-o", t / "OUT"],
+        lambda t, w: [
+            "tune-index",
+            w["vectors"],
+            "--query-vectors",
+            w["vectors"],
+            "--recall-target",
+            "1.5",
+            "-o",
+            t / "OUT",
+        ],
         "must be in (0, 1]",
     ),
     (
@@ -1018,6 +1023,7 @@ def test_the_matrix_covers_every_command():
     from spladekit.cli import app
 
     commands = {command.name or command.callback.__name__ for command in app.registered_commands}
+    commands |= {group.name for group in app.registered_groups}  # export: one sub-command per format
     covered = {command for command in commands if any(name.startswith(f"{command}-") for name, _, _ in CASES)}
     assert commands == covered, commands - covered
     assert all(any(name.startswith(f"{command}-") for command in commands) for name, _, _ in CASES)

@@ -120,10 +120,16 @@ def test_every_command_documents_every_option():
     assert {"diagnose", "rescale", "encode", "train", "index", "search", "evaluate", "export"} <= set(commands)
     runner = CliRunner()
     listing = readable(runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output)
-    for name, command in commands.items():
+    entries = [([name], command, listing) for name, command in commands.items()]
+    for group, sub in commands.items():  # a group's sub-commands (export: one per format), hidden ones aside
+        if getattr(sub, "commands", None):
+            shown_in = readable(runner.invoke(app, [group, "--help"], env={"COLUMNS": "200"}).output)
+            entries += [([group, leaf], inner, shown_in) for leaf, inner in sub.commands.items() if not inner.hidden]
+    for path, command, listing in entries:
+        name = " ".join(path)
         summary = readable(command.help or "").split(". ")[0]
-        assert summary and f"{name} {summary}" in listing, name
-        result = runner.invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+        assert summary and f"{path[-1]} {summary}" in listing, name
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         shown = readable(result.output)
         for param in command.params:
@@ -139,7 +145,15 @@ def test_every_command_that_writes_an_output_has_overwrite():
 
     from spladekit.cli import app
 
-    for name, command in get_command(app).commands.items():
+    commands = get_command(app).commands
+    for name, command in [
+        *commands.items(),
+        *(
+            (f"{group} {leaf}", inner)
+            for group, sub in commands.items()
+            for leaf, inner in getattr(sub, "commands", {}).items()
+        ),
+    ]:
         options = {opt for param in command.params for opt in param.opts}
         if "--output" in options and name != "sweep":
             assert "--overwrite" in options, name
@@ -235,7 +249,7 @@ def test_encode_side_and_max_active_dims(tiny_model_dirs, tmp_path, corpus, cli)
         corpus,
         "--side",
         "query",
-        "--max-length",
+        "--query-max-length",
         16,
         "--max-active-dims",
         2,

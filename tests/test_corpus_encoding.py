@@ -167,7 +167,7 @@ def test_real_model_two_torchrun_ranks_equal_one_process_on_cranfield(tmp_path, 
     from conftest import shared_path
 
     model, corpus = shared_path("models", "splade-tiny-msmarco"), shared_path("data", "cranfield")
-    options = ["--corpus", str(corpus), "--shard-size", "300", "--max-length", "128"]
+    options = ["--corpus", str(corpus), "--shard-size", "300", "--doc-max-length", "128"]
     command = [
         sys.executable,
         "-m",

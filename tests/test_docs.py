@@ -100,9 +100,15 @@ def test_help_texts_carry_no_measurements():
 
     command = typer.main.get_command(spladekit.cli.app)
     assert command.commands  # typer's own group class (not click's)
+    commands = [(name, sub) for name, sub in command.commands.items() if not hasattr(sub, "commands")]
+    commands += [  # a group's sub-commands (export: one per format)
+        (f"{name} {leaf}", inner)
+        for name, sub in command.commands.items()
+        for leaf, inner in getattr(sub, "commands", {}).items()
+    ]
     helps = [
         (f"{name} {param.opts[0]}", getattr(param, "help", None) or "")
-        for name, sub in command.commands.items()
+        for name, sub in commands
         for param in sub.params
     ]
     helps += [(declaration.key, declaration.help) for declaration in declarations(TrainConfig)]

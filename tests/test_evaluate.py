@@ -160,7 +160,7 @@ def test_queries_use_the_query_limit(model_dir, tmp_path):
     default = evaluate(encoder, collection, show_progress=False)  # no query limit recorded: as before the sides
     assert default.provenance["max_length"] == default.provenance["query_max_length"] == 64
     assert default.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(64))
-    both = evaluate(encoder, collection, max_length=8, show_progress=False)  # --max-length: both sides
+    both = evaluate(encoder, collection, max_length=8, show_progress=False)  # --doc-max-length alone: both sides
     assert both.provenance["query_max_length"] == 8 and both.efficiency["avg_q_nnz"] == pytest.approx(q_nnz(8))
     queries_only = evaluate(encoder, collection, query_max_length=8, show_progress=False)
     assert queries_only.provenance["max_length"] == 64 and queries_only.provenance["query_max_length"] == 8
@@ -245,7 +245,16 @@ def test_cli_evaluate_json_and_table(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
     out = tmp_path / "results.json"
     done = cli(
-        "evaluate", model_dir, "--data", folder, "--max-length", 64, "--run-dir", tmp_path / "runs", "--json-out", out
+        "evaluate",
+        model_dir,
+        "--data",
+        folder,
+        "--doc-max-length",
+        64,
+        "--run-dir",
+        tmp_path / "runs",
+        "--json-out",
+        out,
     )
     assert done.returncode == 0, done.stderr
     assert "mini" in done.stdout and "nDCG@10" in done.stdout and "flops" in done.stdout  # the table
@@ -335,7 +344,7 @@ def test_cli_evaluate_checks_its_outputs_before_the_work(model_dir, tmp_path, cl
         model_dir,
         "--data",
         folder,
-        "--max-length",
+        "--doc-max-length",
         64,
         "--json-out",
         tmp_path / "results.json",
@@ -467,7 +476,7 @@ def test_cli_index_max_active_dims_is_applied_and_recorded_and_search_encodes_qu
 
 def test_cli_evaluate_max_active_dims(model_dir, tmp_path, cli):
     folder = write_beir(tmp_path / "mini")
-    done = cli("evaluate", model_dir, "--data", folder, "--max-length", 64, "--max-active-dims", 3, "--json")
+    done = cli("evaluate", model_dir, "--data", folder, "--doc-max-length", 64, "--max-active-dims", 3, "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["max_active_dims"] == 3 and result["avg_d_nnz"] <= 3 and result["avg_q_nnz"] <= 3

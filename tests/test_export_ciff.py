@@ -198,7 +198,7 @@ def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
     tokenizer = AutoTokenizer.from_pretrained(model)
     matrix = sp.random(6, len(tokenizer), density=0.02, format="csr", random_state=0, dtype=np.float32)
     folder = save(tmp_path / "vectors", matrix, model=str(model))
-    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--json")
+    result = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff", "--json")
     assert result.returncode == 0, result.stderr
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     header, lists, documents = read_back(tmp_path / "out.ciff")
@@ -206,13 +206,12 @@ def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
     assert scale == impact_scale(float(matrix.data.max())) and f"round(weight x {scale:g})" in header.description
     assert (as_matrix(lists, documents, tokens) == quantize(matrix, scale).toarray()).all()  # the derived default
     assert str(model) in header.description
-    again = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--quantization-scale", "10")
+    again = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff", "--quantization-scale", "10")
     assert again.returncode == 2 and "already exists" in again.stderr
     again = cli(
         "export",
-        folder,
-        "--format",
         "ciff",
+        folder,
         "--output",
         tmp_path / "out.ciff",
         "--quantization-scale",
@@ -227,21 +226,21 @@ def test_cli_uses_the_models_token_strings(cli, tmp_path, tiny_model_dirs):
 @pytest.mark.parametrize("scale", ["0", "-1", "nan"])
 def test_cli_bad_scale_is_one_error_line(cli, tmp_path, scale):
     folder = save(tmp_path / "vectors", random_vectors(8, seed=0))
-    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--quantization-scale", scale)
+    result = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff", "--quantization-scale", scale)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error:") and len(result.stderr.strip().splitlines()) == 1
     assert "quantization scale" in result.stderr and not (tmp_path / "out.ciff").exists()
 
 
 def test_cli_missing_folder_and_a_model_without_tokenizer(cli, tmp_path):
-    result = cli("export", tmp_path / "nope", "--format", "ciff", "--output", tmp_path / "out.ciff")
+    result = cli("export", "ciff", tmp_path / "nope", "--output", tmp_path / "out.ciff")
     assert result.returncode == 2 and "no such vectors folder" in result.stderr
     folder = save(tmp_path / "vectors", random_vectors(8, seed=0))
     (tmp_path / "model").mkdir()
-    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff", "--model", tmp_path / "model")
+    result = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff", "--model", tmp_path / "model")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "out.ciff").exists()
-    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff")
+    result = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff")
     assert result.returncode == 2 and "names no model" in result.stderr
 
 
@@ -250,6 +249,6 @@ def test_missing_ciff_toolkit_names_the_install_command(cli, tmp_path, monkeypat
 
     monkeypatch.setitem(sys.modules, "ciff_toolkit", None)  # import fails as if it were not installed
     folder = save(tmp_path / "vectors", random_vectors(8, seed=0))
-    result = cli("export", folder, "--format", "ciff", "--output", tmp_path / "out.ciff")
+    result = cli("export", "ciff", folder, "--output", tmp_path / "out.ciff")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "pip install --no-deps ciff-toolkit==0.2.2" in result.stderr and not (tmp_path / "out.ciff").exists()

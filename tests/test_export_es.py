@@ -213,7 +213,7 @@ def test_cli_export_opensearch_with_real_tokenizer(tiny_model_dirs, tmp_path, cl
     texts = ["the capital of france is paris.", "u.s. vitamin d"]
     vectors = encoder.encode(texts, show_progress=False)
     Vectors(vectors, ["d1", "d2"], {"model": str(tiny_model_dirs["bert"])}).save(tmp_path / "vectors")
-    result = cli("export", tmp_path / "vectors", "--format", "opensearch", "--output", tmp_path / "os", "--json")
+    result = cli("export", "opensearch", tmp_path / "vectors", "--output", tmp_path / "os", "--json")
     assert result.returncode == 0, result.stderr
     tokens = vocabulary_tokens(tiny_model_dirs["bert"], vectors.shape[1])
     assert tokens[encoder.tokenizer.convert_tokens_to_ids(".")] == "."

@@ -107,7 +107,7 @@ def test_cli_prints_the_table_and_writes_the_json(encoder, tmp_path, cli, monkey
     model = tmp_path / "model"
     encoder.save(model)
     data = write_beir(tmp_path / "mini")
-    arguments = ["fidelity", model, "--data", data, "--max-length", "64", "--target", "lucene-9bit"]
+    arguments = ["fidelity", model, "--data", data, "--doc-max-length", "64", "--target", "lucene-9bit"]
     shown = cli(*arguments, "--target", "bmp", "--json-out", tmp_path / "report.json")
     assert shown.returncode == 0, shown.stderr
     assert "lucene-9bit" in shown.stdout and "bmp" in shown.stdout and "drift from exact float32" in shown.stdout

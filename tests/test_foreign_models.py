@@ -196,9 +196,8 @@ def test_cli_export_sentence_transformers(tiny_model_dirs, tmp_path, cli):
     out = tmp_path / "st"
     result = cli(
         "export",
-        tiny_model_dirs["bert"],
-        "--format",
         "sentence-transformers",
+        tiny_model_dirs["bert"],
         "--output",
         out,
         "--max-length",

@@ -131,29 +131,45 @@ def test_vocabulary_mismatch_is_refused():
     searcher.close()
 
 
-def test_cli_export_qdrant_edge_shard(tmp_path, cli):
-    from spladekit.vectors.artifact import Vectors
+def test_export_qdrant_writes_an_edge_shard(tmp_path):
+    """export_qdrant(qdrant_path=…): a Qdrant Edge shard a Qdrant Edge user opens (the CLI's `export qdrant` became
+    `index --backend qdrant`, whose folder holds the documents, not a shard)."""
+    from spladekit.export import export_qdrant
 
-    documents = dyadic(50, 30, 0.2, seed=8)
-    Vectors(documents, [f"d{i}" for i in range(50)], {"model": "x"}).save(tmp_path / "vectors")
-    result = cli(
-        "export",
-        tmp_path / "vectors",
-        "--format",
-        "qdrant",
-        "--qdrant-path",
-        tmp_path / "qdrant",
-        "--collection",
-        "docs",
-        "--json",
+    payload = export_qdrant(
+        dyadic(50, 30, 0.2, seed=8), [f"d{i}" for i in range(50)], qdrant_path=tmp_path / "qdrant", collection="docs"
     )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["points"] == 50
+    assert payload["points"] == 50 and payload["qdrant_path"] == str(tmp_path / "qdrant")
     from qdrant_edge import EdgeShard
 
     shard = EdgeShard.load(str(tmp_path / "qdrant"))  # what a Qdrant Edge user opens
     assert shard.info().points_count == 50
     shard.close()
+
+
+def test_cli_export_qdrant_edge_writes_a_shard_and_refuses_to_replace_another(tmp_path):
+    """`spladekit export qdrant-edge VECTORS -o SHARD`: the shard folder (what `--qdrant-path` wrote), refused over an
+    existing folder without --overwrite, and over the user's own files even with it."""
+    from qdrant_edge import EdgeShard
+    from typer.testing import CliRunner
+
+    from spladekit.cli import app
+    from spladekit.vectors.artifact import Vectors
+
+    Vectors(dyadic(40, 30, 0.2, seed=3), [f"d{i}" for i in range(40)]).save(tmp_path / "vectors")
+    runner = CliRunner()
+    command = ["export", "qdrant-edge", str(tmp_path / "vectors"), "-o", str(tmp_path / "shard")]
+    assert runner.invoke(app, command).exit_code == 0
+    shard = EdgeShard.load(str(tmp_path / "shard"))
+    assert shard.info().points_count == 40
+    shard.close()
+    again = runner.invoke(app, command)
+    assert again.exit_code != 0 and "--overwrite" in str(again.exception)
+    assert runner.invoke(app, [*command, "--overwrite"]).exit_code == 0  # spladekit wrote it: replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    refused = runner.invoke(app, [*command[:-1], str(tmp_path / "mine"), "--overwrite"])
+    assert refused.exit_code != 0 and (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
 @pytest.mark.slow
@@ -179,20 +195,13 @@ def test_real_collection_top10_equals_brute_force():
     searcher.close()
 
 
-# ------------------------------------------------------------------------------------------ --qdrant-path
-def export_shard(cli, tmp_path, shard, *flags):
-    from spladekit.vectors.artifact import Vectors
+# ------------------------------------------------------------------------------------------ qdrant_path
+def export_shard(shard, recreate: bool = False) -> dict:
+    from spladekit.export import export_qdrant
 
-    vectors = tmp_path / "vectors"
-    if not vectors.exists():
-        Vectors(dyadic(20, 30, 0.2, seed=8), [f"d{i}" for i in range(20)], {"model": "x"}).save(vectors)
-    return cli("export", vectors, "--format", "qdrant", "--qdrant-path", shard, *flags)
-
-
-def one_error_line(result, expected: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    return export_qdrant(
+        dyadic(20, 30, 0.2, seed=8), [f"d{i}" for i in range(20)], qdrant_path=shard, recreate=recreate
+    )
 
 
 def user_folder(folder):
@@ -205,80 +214,57 @@ def user_folder(folder):
     return sorted(path.name for path in folder.iterdir())
 
 
-@pytest.mark.parametrize("flags", [(), ("--recreate",)])
-def test_a_qdrant_path_holding_the_users_files_is_refused_and_kept(tmp_path, cli, flags):
+@pytest.mark.parametrize("recreate", [False, True])
+def test_a_qdrant_path_holding_the_users_files_is_refused_and_kept(tmp_path, recreate):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
-    one_error_line(export_shard(cli, tmp_path, mine, *flags), "not a folder spladekit wrote" if flags else "exists")
+    with pytest.raises(SpladekitError, match="not a folder spladekit wrote" if recreate else "exists"):
+        export_shard(mine, recreate)
     assert [path.name for path in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "mine"
     listed = user_folder(tmp_path / "shard-among-files")
-    one_error_line(export_shard(cli, tmp_path, tmp_path / "shard-among-files", "--recreate"), "spladekit wrote")
+    with pytest.raises(SpladekitError, match="spladekit wrote"):
+        export_shard(tmp_path / "shard-among-files", recreate=True)
     assert sorted(path.name for path in (tmp_path / "shard-among-files").iterdir()) == listed
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "shard-among-files", "vectors"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["mine", "shard-among-files"]
 
 
-@pytest.mark.parametrize("flags", [(), ("--recreate",)])
-def test_the_working_folder_as_qdrant_path_is_refused(tmp_path, cli, monkeypatch, flags):
+@pytest.mark.parametrize("recreate", [False, True])
+def test_the_working_folder_as_qdrant_path_is_refused(tmp_path, monkeypatch, recreate):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    one_error_line(export_shard(cli, tmp_path, ".", *flags), "working folder")
+    with pytest.raises(SpladekitError, match="working folder"):
+        export_shard(".", recreate)
     (work / "inner").mkdir()
     monkeypatch.chdir(work / "inner")
-    one_error_line(export_shard(cli, tmp_path, "..", *flags), "working folder")
+    with pytest.raises(SpladekitError, match="working folder"):
+        export_shard("..", recreate)
     assert [path.name for path in work.iterdir()] == ["inner"] and list((work / "inner").iterdir()) == []
-
-
-def test_a_shard_spladekit_wrote_is_replaced_only_with_recreate(tmp_path, cli):
-    shard = tmp_path / "shard"
-    assert export_shard(cli, tmp_path, shard).returncode == 0
-    one_error_line(export_shard(cli, tmp_path, shard), "--recreate")
-    done = export_shard(cli, tmp_path, shard, "--recreate", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["qdrant_path"] == str(shard)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["shard", "vectors"]  # nothing beside it
 
 
 KILLED_BEFORE_THE_UPLOAD = """
 import os, signal, sys
+import numpy as np
+import scipy.sparse as sp
+from spladekit.export import export_qdrant
 from spladekit.index import qdrant
 qdrant._Edge.upsert = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
-from spladekit.cli import main
-sys.argv = ["spladekit", "export", sys.argv[1], "--format", "qdrant", "--qdrant-path", sys.argv[2]]
-main()
+vectors = sp.random(20, 30, density=0.2, format="csr", random_state=8, dtype=np.float32)
+export_qdrant(vectors, [f"d{i}" for i in range(20)], qdrant_path=sys.argv[1])
 """
 
 
-def test_kill_9_before_the_upload_leaves_no_shard_and_the_rerun_works(tmp_path, cli):
+def test_kill_9_before_the_upload_leaves_no_shard_and_the_rerun_works(tmp_path):
     import signal
     import subprocess
     import sys
 
     shard = tmp_path / "shard"
-    export_shard(cli, tmp_path, tmp_path / "first")  # writes the vectors folder
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_BEFORE_THE_UPLOAD, str(tmp_path / "vectors"), str(shard)],
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", KILLED_BEFORE_THE_UPLOAD, str(shard)], capture_output=True, text=True
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not shard.exists()  # no empty shard that loads as if it were the export
-    done = export_shard(cli, tmp_path, shard, "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["points"] == 20
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["first", "shard", "vectors"]
-
-
-def test_the_vectors_folder_is_never_the_shard_nor_holds_it(tmp_path, cli):
-    """Today the shard went among the vectors' files; with --recreate the vectors folder (spladekit's own) would be
-    replaced by the shard made from it."""
-    from spladekit.vectors.artifact import Vectors
-
-    export_shard(cli, tmp_path, tmp_path / "first")  # writes the vectors folder
-    before = sorted(path.name for path in (tmp_path / "vectors").iterdir())
-    for shard in (tmp_path / "vectors", tmp_path / "vectors" / "inner"):
-        for flags in ((), ("--recreate",)):
-            one_error_line(export_shard(cli, tmp_path, shard, *flags), "the vectors folder and --qdrant-path")
-    assert sorted(path.name for path in (tmp_path / "vectors").iterdir()) == before
-    assert len(Vectors.load(tmp_path / "vectors").ids) == 20
+    assert export_shard(shard)["points"] == 20
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["shard"]  # nothing beside it

@@ -263,7 +263,7 @@ def test_cli_evaluate_search_and_export_an_inference_free_folder(cli, free_model
         show_progress=False,
     )
     assert payload["avg_q_nnz"] == pytest.approx(np.diff(queries.indptr).mean())
-    exported = cli("export", folder, "--format", "sentence-transformers", "--output", tmp_path / "st")
+    exported = cli("export", "sentence-transformers", folder, "--output", tmp_path / "st")
     assert exported.returncode == 0, exported.stderr
     again = cli("evaluate", tmp_path / "st", "--data", data, "--no-cache", "--json")
     assert again.returncode == 0, again.stderr

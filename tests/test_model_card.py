@@ -22,7 +22,7 @@ def test_saved_folder_has_a_card_with_backbone_k_norms_and_loading(tiny_model_di
     assert "max length:** 64 tokens" in card
     assert f'SparseEncoder.from_pretrained("{out}")' in card  # the final path, not the staging folder
     assert f'AutoModelForMaskedLM.from_pretrained("{out}")' in card
-    assert f"spladekit export {out} --format sentence-transformers" in card
+    assert f"spladekit export sentence-transformers {out} --output {out}-st" in card
     assert "## Training recipe" not in card and "## Evaluation" not in card
     assert [p.name for p in tmp_path.iterdir()] == ["model"]
 

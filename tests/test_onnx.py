@@ -83,7 +83,7 @@ def test_top_k_beyond_the_vocabulary_is_refused(tiny_model_dirs, tmp_path):
 
 
 def test_cli_export_onnx(tiny_model_dirs, tmp_path, cli):
-    result = cli("export", tiny_model_dirs["bert"], "--format", "onnx", "--output", tmp_path / "onnx", "--json")
+    result = cli("export", "onnx", tiny_model_dirs["bert"], "--output", tmp_path / "onnx", "--json")
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["format"] == "onnx" and payload["max_abs_diff_vs_torch"] < 1e-5
@@ -94,7 +94,7 @@ def test_cli_export_onnx(tiny_model_dirs, tmp_path, cli):
         "tokenizer.json",
         "tokenizer_config.json",
     ]
-    again = cli("export", tiny_model_dirs["bert"], "--format", "onnx", "--output", tmp_path / "onnx")
+    again = cli("export", "onnx", tiny_model_dirs["bert"], "--output", tmp_path / "onnx")
     assert again.returncode == 2 and "already exists" in again.stderr
     matrix = OnnxEncoder(tmp_path / "onnx").encode(["a cat"], show_progress=False)
     assert isinstance(matrix, sp.csr_matrix) and matrix.shape[0] == 1

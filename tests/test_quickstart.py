@@ -243,7 +243,7 @@ def test_quickstart_mines_triplets_when_the_data_folder_has_none(cli, tiny_model
 
 def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_dirs, beir_folder, tmp_path):
     """--train-data gives the training triplets, --eval-data the collection evaluated before and after (whole), with
-    its documents cut to --max-length tokens."""
+    its documents cut to --doc-max-length tokens."""
     other = tmp_path / "otherbeir"
     (other / "qrels").mkdir(parents=True)
     texts = {
@@ -264,7 +264,7 @@ def test_quickstart_trains_on_data_and_evaluates_on_eval_data(cli, tiny_model_di
         beir_folder,
         "--eval-data",
         other,
-        "--max-length",
+        "--doc-max-length",
         "12",
         "--output",
         out,
@@ -392,7 +392,7 @@ def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path)
     assert not out.exists()
 
 
-DEMO_MAX_LENGTH = int(re.search(r"--max-length (\d+)", (Path(__file__).parents[1] / "Makefile").read_text())[1])
+DEMO_MAX_LENGTH = int(re.search(r"--doc-max-length (\d+)", (Path(__file__).parents[1] / "Makefile").read_text())[1])
 
 
 @pytest.mark.slow

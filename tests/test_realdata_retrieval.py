@@ -41,7 +41,7 @@ def test_scifact_ndcg_matches_the_sanity_table(cache_env, tmp_path):
             str(data),
             "--split",
             "test",
-            "--max-length",
+            "--doc-max-length",
             "256",
             "--json-out",
             str(out),

@@ -94,8 +94,17 @@ def test_cli_writes_the_report_the_plot_and_the_index_of_the_choice(collection, 
     Vectors(documents, [f"d{i}" for i in range(2000)]).save(tmp_path / "vectors")
     Vectors(queries, [f"q{i}" for i in range(40)]).save(tmp_path / "queries")
     arguments = ["tune-index", tmp_path / "vectors", "--query-vectors", tmp_path / "queries", "--backend", "seismic"]
-    arguments += ["--grid", "query_cut=1,4,10", "--grid", "heap_factor=0.6,1.0", "--target", "0.5", "--target", "0.9"]
-    done = cli(*arguments, "--index-target", "0.9", "--output", tmp_path / "tuned", "--json")
+    arguments += [
+        "--grid",
+        "query_cut=1,4,10",
+        "--grid",
+        "heap_factor=0.6,1.0",
+        "--recall-target",
+        "0.5",
+        "--recall-target",
+        "0.9",
+    ]
+    done = cli(*arguments, "--index-recall-target", "0.9", "--output", tmp_path / "tuned", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "tuned" / "tuning.json").read_text())
     assert json.loads(done.stdout)["chosen"] == report["chosen"] and len(report["points"]) == 6
@@ -108,5 +117,5 @@ def test_cli_writes_the_report_the_plot_and_the_index_of_the_choice(collection, 
         and index.params
         and "tuning" in json.loads((tmp_path / "tuned" / "index" / "manifest.json").read_text())["meta"]
     )
-    again = cli(*arguments, "--index-target", "0.9", "--output", tmp_path / "tuned")
+    again = cli(*arguments, "--index-recall-target", "0.9", "--output", tmp_path / "tuned")
     assert again.returncode == 2 and "already exists" in again.stderr

@@ -16,6 +16,6 @@ encoder = SparseEncoder.from_pretrained("../shared/models/splade-tiny-msmarco")
 inflate(encoder.model, 8, "transform")
 encoder.save(sys.argv[1], overwrite=True)
 PY
-.venv/bin/spladekit quickstart --backbone "$OUT/tinyT-x8" --compare --steps "$STEPS" --max-length 128 \
+.venv/bin/spladekit quickstart --backbone "$OUT/tinyT-x8" --compare --steps "$STEPS" --doc-max-length 128 \
     --output "$OUT/qs" --overwrite --no-progress
 cp "$OUT/qs/summary.md" "$OUT/qs/compare.png" "$(dirname "$0")/"

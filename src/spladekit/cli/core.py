@@ -4,42 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
+from spladekit.cli.options import (
+    BF16,
+    COMPILE,
+    DEVICE,
+    JSON_FLAG,
+    JSON_OUTPUT,
+    OVERWRITE_FILE,
+    PRECISION,
+    TRUST_REMOTE_CODE,
+    doc_max_length_option,
+    max_active_dims_option,
+    option,
+    query_max_length_option,
+)
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.vectors.shards import DEFAULT_SHARD_SIZE
 
 if TYPE_CHECKING:
     from spladekit.model.diagnosis import HeadReport
-
-TRUST_REMOTE_CODE = typer.Option(
-    False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code (e.g. GTE)."
-)
-JSON_FLAG = typer.Option(False, "--json", help="Print machine-readable JSON instead of the readable summary.")
-DEVICE = typer.Option(
-    "auto",
-    "--device",
-    help="Where the model runs: auto (the GPU when CUDA is available, else the CPU), cpu, cuda or cuda:N.",
-)
-
-PRECISION = typer.Option(
-    "fp32",
-    "--precision",
-    help="The encoder's arithmetic: fp32 (default), bf16 (autocast; the weights stay fp32), int8 (the backbone's "
-    "linear layers quantized dynamically; CPU only, encoding only) or auto (bf16 where the hardware multiplies bf16 "
-    "natively: AVX512-BF16 or AMX CPUs, GPUs with bf16; else fp32). bf16 and int8 are not bit-identical to fp32; "
-    "what ran is recorded with the vectors / result. Speed and parity: docs/benchmarks.md.",
-)
-
-BF16 = typer.Option(
-    False,
-    "--bf16",
-    help="Encode under bf16 autocast: the deprecated spelling of --precision bf16 (still accepted; where the command "
-    "has --precision, a one-line notice says so).",
-)
 
 
 def chosen_precision(precision: str, bf16: bool) -> str:
@@ -60,12 +48,16 @@ def chosen_precision(precision: str, bf16: bool) -> str:
     return BF16_PRECISION
 
 
-COMPILE = typer.Option(
-    False,
-    "--compile",
-    help="torch.compile the model's backbone with its weights frozen in (dynamic shapes; compiling takes time and "
-    "memory first): the same vectors up to float rounding, faster once compiled (docs/benchmarks.md).",
-)
+def side_max_length(side: str, doc_max_length: int | None, query_max_length: int | None) -> int | None:
+    """The token limit of ``--side``: ``--query-max-length`` for queries, ``--doc-max-length`` for documents; the
+    other side's option is refused in one line (it would be silently ignored)."""
+    from spladekit.common.errors import SpladekitError
+
+    if side == "query" and doc_max_length is not None:
+        raise SpladekitError("--doc-max-length is for documents: with --side query give --query-max-length")
+    if side != "query" and query_max_length is not None:
+        raise SpladekitError(f"--query-max-length is for queries: with --side {side} give --doc-max-length")
+    return query_max_length if side == "query" else doc_max_length
 
 
 def checked_device(name: str) -> str:
@@ -74,24 +66,6 @@ def checked_device(name: str) -> str:
 
     resolve_device(name)
     return name
-
-
-JSON_OUTPUT = typer.Option(
-    None,
-    "--json-out",
-    help="Also write the JSON result to this file (must not exist unless --overwrite; checked before the work).",
-)
-OVERWRITE_FILE = typer.Option(False, "--overwrite", help="Replace an existing --json-out file.")
-
-
-def max_active_dims_option(what: str) -> Any:  # typer.Option's own return type
-    """``--max-active-dims K`` (checked by ``vectors_ops.check_max_active_dims``: a bad K is one error line)."""
-    return typer.Option(
-        None,
-        "--max-active-dims",
-        help=f"Keep only the K largest weights of each {what} vector "
-        "(ties: the lower term id); K >= 1. Default: keep all.",
-    )
 
 
 def _report_text(report: HeadReport) -> str:
@@ -136,12 +110,18 @@ def diagnose(
         "default: 12 built-in English query–document pairs.",
     ),
     sample_size: int = typer.Option(64, min=1, help="How many pairs of --sample to use."),
-    max_length: int = typer.Option(256, min=MIN_TOKEN_LIMIT, help="Token limit for the sample texts."),
-    mode: str = typer.Option(
+    max_length: int = option(
+        256,
+        "--doc-max-length",
+        min=MIN_TOKEN_LIMIT,
+        detail="Both texts of each sample pair are encoded at this limit, as training's auto-k diagnosis does at "
+        "data.doc_max_length.",
+    ),
+    mode: str = option(
         "auto",
-        help="The rescaling each candidate k of auto-k is scored under: tied (the "
-        "shared matrix: with a tied head the input embeddings shrink too), untie (the head "
-        "only), or auto: tied, then untie when the recommended mode for that k is untie.",
+        "--mode",
+        detail="Here: the mode each candidate k of auto-k is scored under (auto: tied, then untie when the "
+        "recommended mode for that k is untie).",
     ),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
@@ -175,23 +155,12 @@ def rescale(
         help="Divide the vocabulary projection by k (a positive finite number), "
         "or 'auto': the recommended k of `spladekit diagnose` (built-in sample pairs).",
     ),
-    mode: str = typer.Option(
-        "tied",
-        help="tied: scale the shared matrix, keep the tie (paper). "
-        "untie: copy the head first, scale only the copy; input embeddings untouched. "
-        "auto: untie when tied rescaling would shrink word embeddings below position "
-        "embeddings, else tied (see `spladekit diagnose`).",
+    mode: str = option(
+        "tied", "--mode", detail="Input embeddings are untouched under untie (see `spladekit diagnose`)."
     ),
     rescale_bias: bool = typer.Option(False, "--rescale-bias", help="Divide the projection bias by k too."),
-    output: Path = typer.Option(
-        ...,
-        "--output",
-        "-o",
-        help="Folder for the rescaled model (must not exist unless --overwrite; written atomically).",
-    ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing output folder (once the new one is complete)."
-    ),
+    output: Path = option(..., "--output", "-o", detail="Here: the rescaled model's folder."),
+    overwrite: bool = option(False, "--overwrite"),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
 ) -> None:
@@ -232,21 +201,20 @@ def rescale(
 @app.command()
 def encode(
     model: str = typer.Argument(..., help="Hub id or folder of a model (spladekit, or any masked-LM)."),
-    corpus: str = typer.Option(
+    corpus: str = option(
         ...,
-        help='The texts: a JSONL file (one {"_id", "text", "title"?} object per '
+        "--corpus",
+        detail='The texts: a JSONL file (one {"_id", "text", "title"?} object per '
         "line), a BEIR folder (its corpus.jsonl), a Hugging Face parquet folder or dataset id "
         "(corpus config), or an ir_datasets id (its documents). Read lazily, twice: a "
         "validating pass, then the encoding.",
     ),
-    output: Path = typer.Option(
+    output: Path = option(
         ...,
         "--output",
         "-o",
-        help="Sharded vectors folder to write: shards/NNNNN/ "
-        "(vectors.npz CSR float32, ids.json, a shard.json sidecar with sha256, rows, nnz) "
-        "and manifest.json, written last, when every shard is complete. Must not exist "
-        "unless --overwrite or --resume.",
+        detail="Here: a sharded vectors folder: shards/NNNNN/ (vectors.npz CSR float32, ids.json, a shard.json "
+        "sidecar with sha256, rows, nnz) and manifest.json, written last, when every shard is complete.",
     ),
     shard_size: int = typer.Option(
         DEFAULT_SHARD_SIZE,
@@ -255,46 +223,29 @@ def encode(
         "(one shard's texts and vectors are held at a time), of --resume and of "
         "--shard/torchrun parallelism.",
     ),
-    resume: bool = typer.Option(
+    resume: bool = option(
         False,
         "--resume",
-        help="Continue an interrupted encode into --output: keep the "
-        "complete shards whose checksums and plan (model weights, corpus, options, shard "
-        "size) match, encode the missing or damaged ones. Another plan is an error.",
+        detail="Here: keep the complete shards whose checksums and plan (model weights, corpus, options, shard "
+        "size) match, encode the missing or damaged ones.",
     ),
-    shard: Optional[str] = typer.Option(
+    shard: Optional[str] = option(
         None,
         "--shard",
         metavar="I/N",
-        help="Encode only shards j with "
-        "j % N == I (0 <= I < N; Slurm job arrays) into the shared --output; the "
-        "process that completes the last shard writes the manifest. Under torchrun "
-        "the ranks split the shards the same way (RANK/WORLD_SIZE).",
+        detail="Here: only shards j with j % N == I (0 <= I < N) into the shared --output; the process that "
+        "completes the last shard writes the manifest. Under torchrun the ranks split the shards the same way "
+        "(RANK/WORLD_SIZE).",
     ),
-    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    side: str = typer.Option(
-        "document",
-        help="Encode the texts as documents (default) or as queries: each side "
-        "has its own token limit (queries: the model's query_max_length when it records one, "
-        "else its max length).",
-    ),
-    max_length: Optional[int] = typer.Option(
-        None, min=MIN_TOKEN_LIMIT, help="Token limit of --side (default: the model's limit for that side, else 256)."
+    batch_size: int = option(32, "--batch-size", min=1),
+    side: str = option("document", "--side", detail="Default: document."),
+    doc_max_length: Optional[int] = doc_max_length_option(),
+    query_max_length: Optional[int] = query_max_length_option(
+        detail="With --side query (default: the model's query limit, else its document limit)."
     ),
     max_active_dims: Optional[int] = max_active_dims_option("encoded"),
-    overwrite: bool = typer.Option(
-        False,
-        help="Replace an existing output folder (once the new one is complete; "
-        "single process only, not with --resume).",
-    ),
-    pooling: str = typer.Option(
-        "auto",
-        help="SPLADE head, the same vectors whichever: auto (fused-bf16 on CPUs with native bf16 matmuls, "
-        "AVX512-BF16 or AMX; else fused), fused (exact fp32), fused-bf16 (a bf16 matmul screens the terms under a "
-        "proven rounding-error bound, fp32 recomputes the rest: the same non-zero set), triton (CUDA kernels), "
-        "fused-adaptive (as "
-        "fused when encoding) or naive (B x L x V logits).",
-    ),
+    overwrite: bool = option(False, "--overwrite", detail="Single process only, not with --resume."),
+    pooling: str = option("auto", "--pooling", detail="fused-adaptive: as fused when encoding."),
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     device: str = DEVICE,
     precision: str = PRECISION,
@@ -308,6 +259,7 @@ def encode(
     or `torchrun --nproc-per-node N -m spladekit encode …` (one GPU per rank when present)."""
     from spladekit.vectors.encoding import encode_to_shards
 
+    max_length = side_max_length(side, doc_max_length, query_max_length)
     result = encode_to_shards(
         model,
         corpus,

@@ -11,7 +11,8 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
-from spladekit.cli.core import DEVICE, checked_device
+from spladekit.cli.core import checked_device
+from spladekit.cli.options import DEVICE, JSON_FLAG, option
 from spladekit.common.errors import SpladekitError
 
 
@@ -22,21 +23,16 @@ def sweep(
         help="Sweep YAML: recipe, backbones, k grid, modes, evaluation "
         "(see configs/mini-repro.yaml and docs/experiments.md; every key: `spladekit keys sweep`).",
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="Sweep folder (created; re-running resumes it)."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Validate backbones, data and suites and print the plan with an estimated cost; train nothing.",
+    output: Path = option(
+        ..., "--output", "-o", detail="Here: the sweep folder (created; re-running it resumes, no --resume needed)."
     ),
+    dry_run: bool = option(False, "--dry-run", detail="Here: backbones, data and suites checked; nothing trained."),
     only: Optional[list[str]] = typer.Option(
         None, "--only", help="Run only the runs whose name contains this (repeatable), e.g. --only tiny__k4."
     ),
     device: str = DEVICE,
-    shard: Optional[str] = typer.Option(
-        None,
-        "--shard",
-        help="I/N: only the cells (and baselines) at plan positions I modulo N, for N workers sharing the "
-        "grid (Slurm: --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT).",
+    shard: Optional[str] = option(
+        None, "--shard", detail="Here: only the cells (and baselines) at plan positions I modulo N."
     ),
     devices: Optional[str] = typer.Option(
         None,
@@ -44,7 +40,7 @@ def sweep(
         help="Run the grid on several devices side by side, one worker process per device (0,1,2,3 = "
         "cuda:0…cuda:3; cpu,cpu = two CPU workers); their logs go to OUTPUT/workers/. Not with --shard/--device.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    as_json: bool = JSON_FLAG,
 ) -> None:
     """Train and evaluate every backbone × k × mode of CONFIG with one shared recipe (resumable)."""
     from rich.console import Console
@@ -117,7 +113,7 @@ def report(
         "to add an equivalence test (TOST) within ±MARGIN, "
         "a margin stated before the runs; repeatable.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    as_json: bool = JSON_FLAG,
 ) -> None:
     """Build results.csv, results.md (paper-style table, best k per backbone, auto-k check, paired tests over
     queries) and plots/*.png."""

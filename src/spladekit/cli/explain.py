@@ -9,9 +9,17 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import DEVICE, JSON_FLAG, JSON_OUTPUT, TRUST_REMOTE_CODE, checked_device
+from spladekit.cli.core import checked_device, side_max_length
+from spladekit.cli.options import (
+    DEVICE,
+    JSON_FLAG,
+    JSON_OUTPUT,
+    TRUST_REMOTE_CODE,
+    doc_max_length_option,
+    option,
+    query_max_length_option,
+)
 from spladekit.common.errors import SpladekitError
-from spladekit.common.schema import MIN_TOKEN_LIMIT
 
 
 @app.command()
@@ -28,17 +36,15 @@ def explain(
         "DOCUMENT, the terms contributing to their score q·d, sorted by q_v·d_v.",
     ),
     top: int = typer.Option(20, "--top", help="How many terms (or contributions) to show; at least 1."),
-    side: Optional[str] = typer.Option(
-        None,
-        help="With one TEXT: encode it as a 'query' or a 'document' (default). A pair is always query then document.",
+    side: Optional[str] = option(
+        None, "--side", detail="Here: one TEXT (default: document); a pair is always query then document."
     ),
-    corpus: Optional[Path] = typer.Option(
-        None, help="JSONL corpus to take the document from (with --doc-id): then TEXT is the query."
+    corpus: Optional[Path] = option(
+        None, "--corpus", detail="Here: a JSONL file to take the document from (with --doc-id); TEXT is the query."
     ),
     doc_id: Optional[str] = typer.Option(None, help="Id of the document in --corpus to explain TEXT against."),
-    max_length: Optional[int] = typer.Option(
-        None, min=MIN_TOKEN_LIMIT, help="Token limit (default: the model's, else 256)."
-    ),
+    doc_max_length: Optional[int] = doc_max_length_option(),
+    query_max_length: Optional[int] = query_max_length_option(),
     html: Optional[Path] = typer.Option(
         None,
         "--html",
@@ -49,7 +55,7 @@ def explain(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --json-out or --html file."),
+    overwrite: bool = option(False, "--overwrite", detail="Here: the --json-out and --html files."),
 ) -> None:
     """Show what a SPLADE vector holds (top terms and weights), or why a document scores what it does for a
     query (shared terms by contribution q_v·d_v; they sum to the score)."""
@@ -78,6 +84,8 @@ def explain(
     checked_device(device)
     if side is not None:
         check_side(side)
+    if not pair:  # the limit of the one text's side; the other side's option is refused
+        side_max_length(side or "document", doc_max_length, query_max_length)
     for number, text in enumerate(texts, start=1):
         check_text(text, ("query" if number == 1 else "document") if pair else "text")
     if output is not None and html is not None and os.path.abspath(output) == os.path.abspath(html):
@@ -91,9 +99,14 @@ def explain(
         # either kind: an inference-free model's queries are its weight table
         encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)
         explanation = (
-            explain_pair(encoder, texts[0], documents[0], max_length)
+            explain_pair(encoder, texts[0], documents[0], doc_max_length, query_max_length)
             if pair
-            else explain_text(encoder, texts[0], side or "document", max_length)
+            else explain_text(
+                encoder,
+                texts[0],
+                side or "document",
+                side_max_length(side or "document", doc_max_length, query_max_length),
+            )
         )
         payload = {"model": model, "top": top} | explanation.to_dict(top)
         if doc_id is not None:

@@ -8,8 +8,7 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
-from spladekit.cli.core import DEVICE
-from spladekit.common.schema import MIN_TOKEN_LIMIT
+from spladekit.cli.options import DEVICE, JSON_FLAG, TRUST_REMOTE_CODE, doc_max_length_option, option
 
 
 @app.command()
@@ -37,18 +36,15 @@ def quickstart(
         "when a `shared` folder is beside the repository, else cranfield "
         "(ir_datasets).",
     ),
-    max_length: Optional[int] = typer.Option(
-        None,
-        min=MIN_TOKEN_LIMIT,
-        help="Token limit for the evaluated documents (the "
-        "encoding time is proportional to the tokens encoded). Default: the "
-        "model's limit.",
+    max_length: Optional[int] = doc_max_length_option(
+        detail="Here: the evaluated collection's documents, its queries too (as evaluate's --doc-max-length without "
+        "--query-max-length); the encoding time is proportional to the tokens encoded. Default: the model's limit."
     ),
-    output: Path = typer.Option(
+    output: Path = option(
         Path("runs/quickstart"),
         "--output",
         "-o",
-        help="Folder for diagnose.json, train/ (model, metrics, plots), summary.json and summary.md.",
+        detail="Here: a folder for diagnose.json, train/ (model, metrics, plots), summary.json and summary.md.",
     ),
     steps: int = typer.Option(100, min=1, help="Training steps (batch 8, CPU-friendly)."),
     triplets: Optional[Path] = typer.Option(
@@ -57,16 +53,14 @@ def quickstart(
         "default: DATA/triplets-train.tsv, else mined from DATA's train split "
         "(BM25, `spladekit mine` defaults) into OUTPUT/triplets-train.tsv.",
     ),
-    split: str = typer.Option("test", help="Qrels split of the evaluated collection."),
+    split: str = option("test", "--split", detail="Here: of the evaluated collection."),
     config: Optional[Path] = typer.Option(
         None,
         help="Base training YAML (e.g. configs/train-example.yaml); "
         "backbone, data, steps and auto-k are set by the quickstart.",
     ),
-    overwrite: bool = typer.Option(False, help="Replace an existing output folder."),
-    trust_remote_code: bool = typer.Option(
-        False, "--trust-remote-code", help="Allow the model folder/hub repo to run its own Python code."
-    ),
+    overwrite: bool = option(False, "--overwrite"),
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     progress: bool = typer.Option(
         True,
         "--progress/--no-progress",
@@ -79,7 +73,7 @@ def quickstart(
         help="Also train the backbone as it is (no rescaling; the same seed, data and steps), evaluate it, and "
         "plot both runs' loss and sparsity on one figure (OUTPUT/compare.png).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON instead of the table."),
+    as_json: bool = JSON_FLAG,
 ) -> None:
     """Diagnose a backbone, rescale its head (auto-k), train briefly, evaluate before/after, write a summary."""
     from spladekit.experiments.quickstart import quickstart as run_quickstart

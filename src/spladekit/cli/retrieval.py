@@ -2,38 +2,34 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
 
 from spladekit.cli.app import app, emit, opened, write_json
-from spladekit.cli.core import (
+from spladekit.cli.core import checked_device, chosen_precision
+from spladekit.cli.options import (
     BF16,
     COMPILE,
     DEVICE,
     JSON_FLAG,
     JSON_OUTPUT,
+    OVERWRITE_FILE,
     PRECISION,
     TRUST_REMOTE_CODE,
-    checked_device,
-    chosen_precision,
+    doc_max_length_option,
     max_active_dims_option,
+    option,
+    query_max_length_option,
 )
 from spladekit.common.errors import SpladekitError
-from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.index import BACKENDS, backend_class, check_backend
-from spladekit.index.base import Restartable
-
-if TYPE_CHECKING:
-    import scipy.sparse as sp
 
 
 def backend_help() -> str:
     """``--backend`` help, from the registry: every backend with its one-line summary."""
-    return "Search backend: " + "; ".join(f"{name} ({searcher.summary})" for name, searcher in BACKENDS.items()) + "."
+    return "; ".join(f"{name} ({searcher.summary})" for name, searcher in BACKENDS.items()) + "."
 
 
 def params_help(role: str) -> str:
@@ -44,14 +40,20 @@ def params_help(role: str) -> str:
         params = [param for param in searcher.declared_params if role == "build" or param.role == "search"]
         lines.append(f"{name}: " + ("; ".join(param.describe() for param in params) or "no parameters") + ".")
     intro = {
-        "build": "Backend parameter NAME=VALUE, repeatable (search parameters set the index's defaults).",
-        "search": "Search parameter NAME=VALUE, repeatable (default: the index's).",
+        "build": "Search parameters set the index's defaults.",
+        "search": "Here: search parameters only (default: the index's).",
     }[role]
     return "\n\n".join([intro, *lines])  # typer keeps a paragraph break as a line break
 
 
-BACKEND = typer.Option("exact", help=backend_help())
-BUILD_PARAMS = typer.Option([], "--param", help=params_help("build"))
+BACKEND = option("exact", "--backend", detail=backend_help())
+BUILD_PARAMS = option([], "--param", detail=params_help("build"))
+
+
+DOC_AND_QUERY_LIMIT = (
+    "Here: also for queries unless --query-max-length (default: the model's limit for each side, else 256)."
+)
+QUERY_LIMIT = "Default: --doc-max-length if given, else the model's query limit."
 
 
 def parse_params(pairs: list[str]) -> dict[str, str]:
@@ -74,105 +76,47 @@ def index(
         "shard, each checked against the manifest's sha256) or a single-file one "
         "(vectors.npz, ids.json).",
     ),
-    output: Path = typer.Option(
+    output: Path = option(
         ...,
         "--output",
         "-o",
-        help="Index folder to write (manifest.json with format "
-        "version and sha256 per file, backend files, ids.json). Written atomically.",
+        detail="Here: the index folder (manifest.json with format version and sha256 per file, backend files, "
+        "ids.json).",
     ),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
     max_active_dims: Optional[int] = max_active_dims_option(
         "document (pruned before the index is built; recorded in the manifest)"
     ),
-    overwrite: bool = typer.Option(False, help="Replace an existing index folder (once the new one is complete)."),
+    overwrite: bool = option(False, "--overwrite"),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Build a search index over encoded documents."""
-    from spladekit.common.sparse import check_max_active_dims, keep_top_weights
-    from spladekit.vectors.artifact import Vectors
+    from spladekit.index.building import build_index_folder
 
-    searcher_class = backend_class(backend)
-    params = check_backend(backend, parse_params(param))  # parameters and prerequisites, before reading the vectors
-    check_max_active_dims(max_active_dims)
-    with opened(output, folder=True, overwrite=overwrite) as staged:
-        ids: list[str] = []
-        meta: dict = {}
-        postings = 0
-        reading = 0.0  # seconds spent reading and verifying shards, not building
-
-        def blocks() -> Iterator[sp.csr_matrix]:  # shard by shard: pruned, ids and postings collected on the way
-            nonlocal meta, postings, reading
-            ids.clear()  # a builder may read the blocks twice (a scale derived from the weights): count the last
-            postings = 0
-            shards = Vectors.blocks(vectors)
-            while True:
-                started = time.perf_counter()
-                block = next(shards, None)
-                reading += time.perf_counter() - started
-                if block is None:
-                    return
-                matrix = block.matrix if max_active_dims is None else keep_top_weights(block.matrix, max_active_dims)
-                ids.extend(block.ids)
-                meta = block.meta
-                postings += int(matrix.nnz)
-                yield matrix
-
-        started = time.perf_counter()
-        with searcher_class.build_from_blocks(Restartable(blocks), **params) as searcher:
-            seconds = time.perf_counter() - started - reading
-            if not searcher.n_docs:  # exact, seismic, qdrant and milvus would save an index of nothing
-                raise SpladekitError(f"{vectors}: no document vectors: nothing to index")
-            searcher.doc_ids = ids
-            searcher.save(
-                staged,
-                meta={
-                    "vectors": str(vectors),
-                    "model": meta.get("model"),
-                    "max_length": meta.get("max_length"),
-                    "max_active_dims": max_active_dims,
-                },
-            )
-    payload = {
-        "index": str(output),
-        "backend": backend,
-        "docs": searcher.n_docs,
-        "vocab_size": searcher.vocab_size,
-        "params": searcher.params,
-        "max_active_dims": max_active_dims,
-        "postings": postings,
-        "build_seconds": round(seconds, 3),
-    }
+    built = build_index_folder(vectors, output, backend, parse_params(param), max_active_dims, overwrite)
     emit(
-        payload, as_json, None, f"{backend} index of {searcher.n_docs:,} documents built in {seconds:.1f}s -> {output}"
+        built.to_dict(),
+        as_json,
+        None,
+        f"{backend} index of {built.docs:,} documents built in {built.build_seconds:.1f}s -> {output}",
     )
 
 
 @app.command()
 def search(
     index_dir: Path = typer.Argument(..., metavar="INDEX", help="Folder written by `spladekit index`."),
-    output: Path = typer.Option(
-        ...,
-        "--output",
-        "-o",
-        help="TREC run file to write (query Q0 doc rank score tag; must not exist unless --overwrite).",
+    output: Path = option(..., "--output", "-o", detail="Here: a TREC run file (query Q0 doc rank score tag)."),
+    queries: Optional[Path] = option(None, "--queries", detail="Encoded with --model."),
+    model: Optional[str] = option(None, "--model", detail="Here: the model that encoded the documents."),
+    query_vectors: Optional[Path] = option(None, "--query-vectors", detail="Instead of --queries/--model."),
+    k: int = option(1000, "--hits", min=1),
+    max_length: Optional[int] = query_max_length_option(
+        detail="(default: the model's query limit, else its document limit)."
     ),
-    queries: Optional[Path] = typer.Option(None, help='Queries to encode with --model: JSONL {"_id", "text"}.'),
-    model: Optional[str] = typer.Option(None, help="Model that encoded the documents (hub id or folder)."),
-    query_vectors: Optional[Path] = typer.Option(
-        None, help="Pre-encoded queries (a `spladekit encode` folder) instead of --queries/--model."
-    ),
-    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query."),
-    max_length: Optional[int] = typer.Option(
-        None,
-        "--query-max-length",
-        min=MIN_TOKEN_LIMIT,
-        help="Query token limit (default: the model's query limit, else its max length).",
-    ),
-    batch_size: int = typer.Option(32, min=1, help="Queries per forward pass."),
-    param: list[str] = typer.Option([], "--param", help=params_help("search")),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output run file."),
+    batch_size: int = option(32, "--batch-size", min=1),
+    param: list[str] = option([], "--param", detail=params_help("search")),
+    overwrite: bool = option(False, "--overwrite"),
     device: str = DEVICE,
     precision: str = PRECISION,
     bf16: bool = BF16,
@@ -180,62 +124,29 @@ def search(
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Search an index with queries and write a TREC run file."""
-    from spladekit.data import read_corpus
-    from spladekit.evaluation.run import Run
-    from spladekit.index import index_backend
-    from spladekit.vectors.artifact import Vectors
+    from spladekit.evaluation.searching import search_to_run
 
-    if query_vectors is None and (queries is None or model is None):
-        raise SpladekitError("give --queries and --model, or --query-vectors")
     checked_device(device)
-    precision = chosen_precision(precision, bf16)
-    with opened(output, folder=False, overwrite=overwrite) as staged:
-        searcher_class = index_backend(index_dir)
-        params = searcher_class.check_params(parse_params(param), "search")  # before reading anything
-        # then the queries: unreadable or empty ones fail before the index is opened (an engine's may be rebuilt)
-        if query_vectors is not None:
-            encoded = Vectors.load(query_vectors)
-            vectors, query_ids = encoded.matrix, encoded.ids
-            if not query_ids:
-                raise SpladekitError(f"{query_vectors}: no query vectors: nothing to search")
-        else:
-            assert queries is not None  # checked above
-            parsed = read_corpus(queries)  # an empty file is refused
-            query_ids = parsed.ids
-        with searcher_class.load(index_dir) as searcher:
-            if searcher.doc_ids is None:
-                raise SpladekitError(f"{index_dir}: index has no ids.json; rebuild it with `spladekit index`")
-            if query_vectors is None:
-                from spladekit.model.loading import load_model
-
-                assert model is not None  # checked above
-                encoder = load_model(model, trust_remote_code=trust_remote_code, device=device, precision=precision)
-                if encoder.vocab_size != searcher.vocab_size:
-                    raise SpladekitError(
-                        f"vocabulary mismatch: model {model} has {encoder.vocab_size} terms, the index "
-                        f"{searcher.vocab_size}"
-                    )
-                vectors = encoder.encode_query(
-                    parsed.texts, batch_size=batch_size, max_length=max_length, ids=parsed.ids
-                )
-            started = time.perf_counter()
-            result = searcher.search(vectors, k=k, **params)
-            seconds = time.perf_counter() - started
-            Run.from_hits(query_ids, searcher.doc_ids, result.doc_indices, result.scores).write(
-                staged, tag=f"spladekit-{searcher.name}"
-            )
-    payload = {
-        "run": str(output),
-        "queries": len(query_ids),
-        "k": k,
-        "backend": searcher.name,
-        "search_ms_per_query": 1000 * seconds / max(len(query_ids), 1),
-    }
+    searched = search_to_run(
+        index_dir,
+        output,
+        queries=queries,
+        model=model,
+        query_vectors=query_vectors,
+        k=k,
+        query_max_length=max_length,
+        batch_size=batch_size,
+        params=parse_params(param),
+        device=device,
+        precision=chosen_precision(precision, bf16),
+        trust_remote_code=trust_remote_code,
+        overwrite=overwrite,
+    )
     emit(
-        payload,
+        searched.to_dict(),
         as_json,
         None,
-        f"searched {len(query_ids):,} queries ({payload['search_ms_per_query']:.2f} ms/query) -> {output}",
+        f"searched {searched.queries:,} queries ({searched.search_ms_per_query:.2f} ms/query) -> {output}",
     )
 
 
@@ -246,16 +157,15 @@ def evaluate(
         help="Hub id or folder of a model (spladekit, inference-free spladekit, "
         "sentence-transformers SPLADE or inference-free Router, or any masked-LM).",
     ),
-    data: str = typer.Option(
+    data: str = option(
         ...,
-        help="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
+        "--data",
+        detail="A collection folder (BEIR: corpus.jsonl, queries.jsonl, qrels/<split>.tsv; "
         "or HF parquet layout), an ir_datasets id (beir/scifact/test, "
         "msmarco-passage/dev/small), a HF dataset id (zeta-alpha-ai/NanoSciFact) or a suite: "
         "msmarco-dev, dl19, beir13, nanobeir.",
     ),
-    split: str = typer.Option(
-        "test", help="Qrels split (BEIR folders: qrels/<split>.tsv; ir_datasets: <id>/<split> when it exists)."
-    ),
+    split: str = option("test", "--split"),
     data_root: Optional[Path] = typer.Option(
         None,
         help="For suites: read every member from DATA_ROOT/<name>/ "
@@ -263,29 +173,14 @@ def evaluate(
     ),
     backend: str = BACKEND,
     param: list[str] = BUILD_PARAMS,
-    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
-    max_length: Optional[int] = typer.Option(
-        None,
-        min=MIN_TOKEN_LIMIT,
-        help="Token limit for documents, and for queries unless "
-        "--query-max-length (default: the model's limit for each side, "
-        "else 256).",
-    ),
-    query_max_length: Optional[int] = typer.Option(
-        None,
-        min=MIN_TOKEN_LIMIT,
-        help="Token limit for queries (default: --max-length if given, else the model's query limit).",
-    ),
+    k: int = option(1000, "--hits", min=1, detail="R@1000 needs 1000."),
+    max_length: Optional[int] = doc_max_length_option(detail=DOC_AND_QUERY_LIMIT),
+    query_max_length: Optional[int] = query_max_length_option(detail=QUERY_LIMIT),
     max_active_dims: Optional[int] = max_active_dims_option(
         "query and document (the cached corpus encoding is kept whole and pruned after reading)"
     ),
-    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    cache: bool = typer.Option(
-        True,
-        "--cache/--no-cache",
-        help="Reuse/stash encoded corpora in $SPLADEKIT_CACHE "
-        "(default ~/.cache/spladekit), keyed by model hash, corpus hash, max length.",
-    ),
+    batch_size: int = option(32, "--batch-size", min=1),
+    cache: bool = option(True, "--cache/--no-cache"),
     run_dir: Optional[Path] = typer.Option(
         None,
         help="Also write each collection's TREC run to RUN_DIR/<name>.trec "
@@ -298,16 +193,13 @@ def evaluate(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing --json-out file and --run-dir folder."
-    ),
-    dry_run: bool = typer.Option(
+    overwrite: bool = option(False, "--overwrite", detail="Here: the --json-out file and --run-dir folder."),
+    dry_run: bool = option(
         False,
         "--dry-run",
-        help="Evaluate nothing: print the estimated encode / index / "
-        "search time and disk for DATA (a suite: each collection and the total) from a "
-        "short measurement on the machine it runs on (docs/evaluation.md). Reads no corpus, writes "
-        "nothing (no --json-out, --run-dir or cache).",
+        detail="Here: the estimated encode / index / search time and disk for DATA (a suite: each collection and "
+        "the total) from a short measurement on the machine it runs on (docs/evaluation.md); reads no corpus, no "
+        "--json-out, --run-dir or cache.",
     ),
     dry_run_sample: int = typer.Option(
         64,
@@ -409,10 +301,13 @@ def evaluate(
 @app.command()
 def fidelity(
     model: str = typer.Argument(..., help="Hub id or folder of a model (any model `evaluate` takes)."),
-    data: str = typer.Option(
-        ..., help="One collection: a BEIR folder, HF parquet folder or dataset id, or an ir_datasets id (no suites)."
+    data: str = option(
+        ...,
+        "--data",
+        detail="Here: one collection: a BEIR folder, HF parquet folder or dataset id, or an ir_datasets id "
+        "(no suites).",
     ),
-    split: str = typer.Option("test", help="Qrels split."),
+    split: str = option("test", "--split"),
     target: list[str] = typer.Option(
         [],
         "--target",
@@ -421,16 +316,14 @@ def fidelity(
         "qdrant-float16, impacts (CIFF / Anserini / PISA, swept over the scale), bmp (run on BMP); onnx-int8 (the int8 "
         "ONNX graph: re-encodes the collection, only when named).",
     ),
-    k: int = typer.Option(1000, "--hits", min=1, help="Documents retrieved per query (R@1000 needs 1000)."),
+    k: int = option(1000, "--hits", min=1, detail="R@1000 needs 1000."),
     tolerance: float = typer.Option(
         0.001, help="Drift of a measure from float32 still counted as none (the sweep summary); >= 0."
     ),
-    max_length: Optional[int] = typer.Option(
-        None, min=MIN_TOKEN_LIMIT, help="Token limit for documents, and for queries unless --query-max-length."
-    ),
-    query_max_length: Optional[int] = typer.Option(None, min=MIN_TOKEN_LIMIT, help="Token limit for queries."),
-    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    cache: bool = typer.Option(True, "--cache/--no-cache", help="Reuse/stash the encoded corpus in $SPLADEKIT_CACHE."),
+    max_length: Optional[int] = doc_max_length_option(detail=DOC_AND_QUERY_LIMIT),
+    query_max_length: Optional[int] = query_max_length_option(detail=QUERY_LIMIT),
+    batch_size: int = option(32, "--batch-size", min=1),
+    cache: bool = option(True, "--cache/--no-cache"),
     device: str = DEVICE,
     precision: str = PRECISION,
     bf16: bool = BF16,
@@ -438,7 +331,7 @@ def fidelity(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     as_json: bool = JSON_FLAG,
     output: Optional[Path] = JSON_OUTPUT,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --json-out file."),
+    overwrite: bool = OVERWRITE_FILE,
 ) -> None:
     """What each engine's storage of the weights costs: the collection searched with the weights as Elasticsearch,
     OpenSearch, Qdrant, CIFF/Anserini/PISA and BMP hold them: each measure's drift from exact float32, and the top-10
@@ -490,16 +383,18 @@ def parse_grid(pairs: list[str]) -> dict[str, list[str]] | None:
 @app.command("tune-index")
 def tune_index(
     vectors: Path = typer.Argument(..., help="Document vectors folder (`spladekit encode`): the model's own vectors."),
-    query_vectors: Path = typer.Option(..., help="Query vectors folder (`spladekit encode --side query`)."),
-    output: Path = typer.Option(
+    query_vectors: Path = option(..., "--query-vectors"),
+    output: Path = option(
         ...,
         "--output",
         "-o",
-        help="Folder to write: tuning.json (every point, the frontier, the choice per target), frontier.png and, "
-        "unless --no-index, index/ built with the choice for --index-target. Written atomically.",
+        detail="Here: a folder with tuning.json (every point, the frontier, the choice per recall target), "
+        "frontier.png and, unless --no-build-index, index/ built with the choice for --index-recall-target.",
     ),
-    backend: str = typer.Option(
-        "seismic", help="Backend to tune: seismic, bmp or pisa (default grids), or any with --grid."
+    backend: str = option(
+        "seismic",
+        "--backend",
+        detail="Here: the one to tune: seismic, bmp or pisa (default grids), or any with --grid.",
     ),
     grid: list[str] = typer.Option(
         [],
@@ -508,14 +403,18 @@ def tune_index(
         "seismic: n_postings, summary_energy, query_cut, heap_factor; bmp: bsize, alpha, beta; pisa: block_size, "
         "algorithm). Every combination is tried.",
     ),
-    k: int = typer.Option(10, "--hits", min=1, help="Recall is recall@K of the exact top-K."),
-    target: list[float] = typer.Option([], "--target", help="Recall targets, repeatable (default: 0.90 0.95 0.99)."),
-    index_target: float = typer.Option(0.95, help="The target whose fastest configuration builds index/."),
+    k: int = option(10, "--hits", min=1, detail="Recall is recall@K of the exact top-K."),
+    target: list[float] = typer.Option(
+        [], "--recall-target", help="Recall targets, repeatable (default: 0.90 0.95 0.99)."
+    ),
+    index_target: float = typer.Option(
+        0.95, "--index-recall-target", help="The recall target whose fastest configuration builds index/."
+    ),
     repeats: int = typer.Option(3, min=1, help="Timed passes over the queries per configuration (the best counts)."),
     write_index: bool = typer.Option(
-        True, "--index/--no-index", help="Build index/ with the choice for --index-target."
+        True, "--build-index/--no-build-index", help="Build index/ with the choice for --index-recall-target."
     ),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output folder."),
+    overwrite: bool = option(False, "--overwrite"),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Sweep a backend's build and search parameters on your vectors and queries: µs/query (one thread) and
@@ -527,10 +426,10 @@ def tune_index(
     parsed = parse_grid(grid)
     check_grid(backend, parsed)  # before reading anything
     if not all(0 < value <= 1 for value in (*targets, index_target)):
-        raise SpladekitError("recall targets (--target, --index-target) must be in (0, 1]")
+        raise SpladekitError("recall targets (--recall-target, --index-recall-target) must be in (0, 1]")
     if write_index and index_target not in targets:
         raise SpladekitError(
-            f"--index-target {index_target:g} is not one of the targets {', '.join(map(str, targets))}"
+            f"--index-recall-target {index_target:g} is not one of the targets {', '.join(map(str, targets))}"
         )
     with opened(output, folder=True, overwrite=overwrite) as staged:
         documents, queries = Vectors.load(vectors), Vectors.load(query_vectors)

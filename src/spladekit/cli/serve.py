@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app
-from spladekit.cli.core import BF16, DEVICE, PRECISION, TRUST_REMOTE_CODE, checked_device, chosen_precision
+from spladekit.cli.core import checked_device, chosen_precision
+from spladekit.cli.options import BF16, DEVICE, PRECISION, TRUST_REMOTE_CODE, option
 from spladekit.common.errors import SpladekitError
 
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")
@@ -102,11 +103,7 @@ def serve(
         help="On SIGTERM or Ctrl-C, how many seconds requests in flight may take to finish before the server stops.",
     ),
     access_log: bool = typer.Option(False, "--access-log", help="Log every request (uvicorn's access log)."),
-    pooling: str = typer.Option(
-        "auto",
-        help="SPLADE head, the same vectors whichever: auto (fused-bf16 on CPUs with native bf16 matmuls, else "
-        "fused), fused (exact fp32), fused-bf16, triton (CUDA kernels) or naive (as `spladekit encode --pooling`).",
-    ),
+    pooling: str = option("auto", "--pooling"),
     device: str = DEVICE,
     precision: str = PRECISION,
     bf16: bool = BF16,

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from spladekit.cli.app import app, emit
-from spladekit.cli.core import DEVICE, JSON_FLAG, TRUST_REMOTE_CODE, checked_device
-from spladekit.common.schema import MIN_TOKEN_LIMIT
+from spladekit.cli.core import checked_device
+from spladekit.cli.options import DEVICE, JSON_FLAG, TRUST_REMOTE_CODE, doc_max_length_option, option
 
 
 @app.command()
@@ -18,11 +18,11 @@ def train(
     config: Path = typer.Argument(
         ..., help="YAML training config (see configs/train-example.yaml and docs/training.md)."
     ),
-    output: Path = typer.Option(
+    output: Path = option(
         ...,
         "--output",
         "-o",
-        help="Run folder: model/, metrics.jsonl, config.yaml (fully resolved), plots/, checkpoints/.",
+        detail="Here: the run folder: model/, metrics.jsonl, config.yaml (fully resolved), plots/, checkpoints/.",
     ),
     overrides: list[str] | None = typer.Option(
         None,
@@ -30,28 +30,25 @@ def train(
         help="Override a config key, e.g. --set optimization.lr=1e-4 (repeatable; value parsed as YAML); "
         "`spladekit keys train` lists every key.",
     ),
-    resume: bool = typer.Option(
-        False,
-        "--resume",
-        help="Continue the run in --output from its newest checkpoint (same config; only logging.* may change).",
+    resume: bool = option(
+        False, "--resume", detail="Here: from its newest checkpoint (same config; only logging.* may change)."
     ),
-    overwrite: bool = typer.Option(
+    overwrite: bool = option(
         False,
         "--overwrite",
-        help="Replace an existing --output run: set aside once the config, "
-        "data and backbone load, deleted when the new run completes, put back if it fails.",
+        detail="Here: the old run is set aside once the config, data and backbone load, deleted when the new run "
+        "completes, put back if it fails.",
     ),
     stop_on_collapse: bool = typer.Option(
         False,
         "--stop-on-collapse",
         help="Stop (exit 2) when the collapse detector fires, instead of only warning (= logging.stop_on_collapse).",
     ),
-    device: str = typer.Option(
+    device: str = option(
         "auto",
         "--device",
-        help="Where to train: auto (under torchrun each process's GPU "
-        "cuda:LOCAL_RANK when CUDA is available, else the CPU), cpu, cuda or cuda:N (one "
-        "process). Arithmetic (fp32, bf16, auto): optimization.precision in the config.",
+        detail="Here: under torchrun auto is each process's GPU cuda:LOCAL_RANK. Arithmetic (fp32, bf16, auto): "
+        "optimization.precision in the config.",
     ),
 ) -> None:
     """Train a SPLADE model (InfoNCE or distillation + FLOPS/L1).
@@ -78,13 +75,12 @@ def mine(
         help="Collection with a training split: BEIR folder (corpus.jsonl, queries.jsonl, "
         "qrels/SPLIT.tsv), ir_datasets id (beir/scifact, msmarco-passage) or HF dataset id.",
     ),
-    output: Path = typer.Option(
+    output: Path = option(
         ...,
         "--output",
         "-o",
-        help="triplets: the TSV file to write; hard_negatives: the "
-        "folder to write (hard-negatives.jsonl, queries.jsonl, corpus.jsonl, mining.json). "
-        "Written atomically.",
+        detail="Here: triplets: a TSV file; hard_negatives: a folder (hard-negatives.jsonl, queries.jsonl, "
+        "corpus.jsonl, mining.json).",
     ),
     layout: str = typer.Option(
         "triplets",
@@ -94,7 +90,7 @@ def mine(
         "jsonl {qid, pos, neg: {system: list of ids}} with its queries and documents "
         "(data.format: hard_negatives).",
     ),
-    split: str = typer.Option("train", help="Qrels split to mine (an ir_datasets id must have it: ID/SPLIT)."),
+    split: str = option("train", "--split", detail="Here: the split to mine (an ir_datasets id must have it)."),
     negatives: int = typer.Option(
         4,
         help="Negatives drawn per (query, positive) pair (triplets) or per query "
@@ -113,22 +109,20 @@ def mine(
     seed: int = typer.Option(
         13, help="Seed of the draw (each query's draw depends only on the seed and its position)."
     ),
-    model: Optional[str] = typer.Option(
+    model: Optional[str] = option(
         None,
-        help="Mine a SPLADE model's own negatives (folder or hub id; corpus and "
-        "queries encoded, exact search) instead of BM25.",
+        "--model",
+        detail="Here: mine its own negatives (corpus and queries encoded, exact search) instead of BM25's.",
     ),
     k1: float = typer.Option(0.9, help="BM25 k1 (bm25s, Lucene variant)."),
     b: float = typer.Option(0.4, help="BM25 b."),
-    max_length: Optional[int] = typer.Option(
-        None, min=MIN_TOKEN_LIMIT, help="--model: token limit of documents and queries (default: each side's own)."
+    max_length: Optional[int] = doc_max_length_option(
+        detail="Here: with --model, for queries too (default: each side's own)."
     ),
-    batch_size: int = typer.Option(32, help="--model: texts per encoding batch."),
+    batch_size: int = option(32, "--batch-size", min=1, detail="Here: with --model."),
     device: str = DEVICE,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace an existing output (once the new one is complete)."
-    ),
+    overwrite: bool = option(False, "--overwrite"),
     as_json: bool = JSON_FLAG,
 ) -> None:
     """Mine training triplets / hard negatives (BM25 or a SPLADE model) from a collection's train split."""

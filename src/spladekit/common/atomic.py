@@ -38,7 +38,7 @@ blocks a rerun (a stale ``.NAME.partial`` is removed, a stale ``.NAME.old`` put 
 next writer). The holder deletes the lock file when it is done. Without ``fcntl`` (not POSIX) outputs are
 still staged and swapped, but not locked.
 
-**Only its own folders.** A folder a user names may hold anything (``--output ~/Documents``, ``--qdrant-path .``), so
+**Only its own folders.** A folder a user names may hold anything (``--output ~/Documents``, ``-o .``), so
 spladekit writes a folder output only as a new folder (its staging, swapped in; an existing *empty* folder is taken),
 never among files already there, and replaces or deletes an existing one only if it wrote it: every folder output
 carries the mark :data:`OUTPUT_MARK` (a small file written into the staging at the commit, or by
@@ -200,7 +200,7 @@ def _not_ours(shown: str | Path, option: str) -> SpladekitError:
 
 def _check_not_working_folder(shown: str | Path) -> None:
     """The working folder, or one holding it, is never an output: swapping it or deleting it pulls the ground from
-    under the user's shell (``--qdrant-path .``, ``--output ..``)."""
+    under the user's shell (``--output .``, ``--output ..``)."""
     try:
         target, here = os.path.realpath(shown), os.path.realpath(os.getcwd())
     except OSError:  # no working folder (removed under the process): nothing to protect

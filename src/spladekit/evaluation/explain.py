@@ -198,13 +198,20 @@ def explain_vectors(
     )
 
 
-def explain_pair(model: RetrievalModel, query: str, document: str, max_length: int | None = None) -> PairExplanation:
-    """Encode ``query`` (query side) and ``document`` (document side); the terms behind their score."""
+def explain_pair(
+    model: RetrievalModel,
+    query: str,
+    document: str,
+    max_length: int | None = None,
+    query_max_length: int | None = None,
+) -> PairExplanation:
+    """Encode ``query`` (query side, at ``query_max_length``, else ``max_length``, else the model's query limit) and
+    ``document`` (document side, at ``max_length``, else the model's limit); the terms behind their score."""
     check_text(query, "query")
     check_text(document, "document")
     return explain_vectors(
         dimension_tokenizer(model),
-        encode_side(model, [query], "query", max_length),
+        encode_side(model, [query], "query", query_max_length or max_length),
         encode_side(model, [document], "document", max_length),
         query,
         document,

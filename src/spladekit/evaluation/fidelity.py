@@ -21,7 +21,7 @@ measure's drift from float32 and how much of each query's top-10 is kept:
 * ``bmp`` — run on BMP itself (``--backend bmp`` at alpha = beta = 1, which is rank-safe): its 8-bit,
   overflow-safe document impacts and its own query quantization.
 * ``onnx-int8`` — not a storage but a model change: the collection encoded again through the dynamically quantized
-  int8 ONNX graph (``spladekit export --format onnx --int8``), searched exactly. Only when named (it re-encodes the
+  int8 ONNX graph (``spladekit export onnx --int8``), searched exactly. Only when named (it re-encodes the
   whole collection, without the cache).
 
 For a swept target the report lists the values tried whose every measure of the collection (nDCG@10, RR@10, R@1000)
@@ -164,9 +164,7 @@ TARGETS = {
             derived_default=lambda documents: impact_scale(float(documents.data.max(initial=0.0))),
         ),
         Target("bmp", "BMP (8-bit, overflow-safe scale; run on bmp)", unchanged, unchanged, kind="bmp"),
-        Target(
-            "onnx-int8", "the int8 ONNX graph (export --format onnx --int8)", unchanged, unchanged, kind="onnx-int8"
-        ),
+        Target("onnx-int8", "the int8 ONNX graph (export onnx --int8)", unchanged, unchanged, kind="onnx-int8"),
     )
 }
 ONLY_WHEN_NAMED = ("onnx-int8",)  # re-encodes the whole collection

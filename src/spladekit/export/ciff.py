@@ -89,7 +89,7 @@ def ciff_messages() -> Any:
         from ciff_toolkit import ciff_pb2
     except ImportError:
         raise SpladekitError(
-            f"--format ciff needs ciff-toolkit: {INSTALL} (without its dependencies: it pins "
+            f"export ciff needs ciff-toolkit: {INSTALL} (without its dependencies: it pins "
             "protobuf<5, which pymilvus cannot use; it works with newer protobuf)"
         ) from None
     return ciff_pb2

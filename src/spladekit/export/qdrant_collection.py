@@ -40,7 +40,7 @@ def export_qdrant(
         )
         try:
             if opened is not None:
-                searcher.save(opened.staging, meta={"exported_by": "spladekit export --format qdrant"})
+                searcher.save(opened.staging, meta={"exported_by": "spladekit.export.export_qdrant"})
             points = searcher.count()
         finally:
             searcher.close()

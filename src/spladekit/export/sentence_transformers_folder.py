@@ -66,12 +66,13 @@ def check_expressible(encoder: SparseEncoder | InferenceFreeEncoder) -> None:
         if name in options.changed():
             raise SpladekitError(
                 f"the model's head option {name}={getattr(options, name)} has no sentence-transformers equivalent "
-                "(SpladePooling is max log(1 + relu(logits))): export it as ONNX (--format onnx), which carries it"
+                "(SpladePooling is max log(1 + relu(logits))): export it as ONNX (spladekit export onnx), which "
+                "carries it"
             )
     if options.logit_shift and document_encoder(encoder).head.bias is None:
         raise SpladekitError(
             f"the model's head option logit_shift={options.logit_shift:g} goes into the vocabulary projection's bias "
-            "for sentence-transformers, and this projection has none: export it as ONNX (--format onnx)"
+            "for sentence-transformers, and this projection has none: export it as ONNX (spladekit export onnx)"
         )
 
 

@@ -178,7 +178,7 @@ def _usage(folder: Path, options: HeadOptions) -> list[str]:
         "",
         (
             "sentence-transformers (export first: "
-            f"`spladekit export {folder} --format sentence-transformers --output {folder}-st`):"
+            f"`spladekit export sentence-transformers {folder} --output {folder}-st`):"
         ),
         "",
         "```python",

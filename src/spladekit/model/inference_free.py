@@ -29,7 +29,7 @@ query. sentence-transformers itself computes no IDF (it loads the table).
 
 A saved inference-free model is a spladekit model folder (the document encoder: HF weights, tokenizer,
 ``spladekit.json``) plus ``query_weights.safetensors`` (tensor ``weight``, V float32), and ``spladekit.json``
-records ``"kind": "inference-free"`` and ``query_max_length``. ``spladekit export --format
+records ``"kind": "inference-free"`` and ``query_max_length``. ``spladekit export
 sentence-transformers`` writes it as a ``Router`` folder; :func:`spladekit.model.loading.load_model` reads
 either back.
 """

@@ -99,7 +99,7 @@ def quantize_backbone(model: RetrievalModel) -> RetrievalModel:
     except ImportError:
         raise SpladekitError(
             f"precision int8 needs torch.ao.quantization.quantize_dynamic, which torch {torch.__version__} lacks; "
-            "the ONNX export has its own int8 (spladekit export onnx --quantize int8)"
+            "the ONNX export has its own int8 (spladekit export onnx --int8)"
         ) from None
     fingerprint = model_fingerprint(model)  # of the fp32 weights, before their packing
     projection = MLMHead.of(encoder.model).path
