@@ -66,6 +66,7 @@ from spladekit.training.monitors import EVALUATION_FILE, CollapseDetector, Metri
 from spladekit.training.regularizers import lambda_at
 from spladekit.training.setup import (
     CONFIG_FILE,
+    Resumed,
     check_pooling_on,
     initial_encoder,
     initial_head_report,
@@ -157,6 +158,7 @@ class Training:
     progress: tqdm
     parameters: list[torch.nn.Parameter]  # the trainable ones, listed once
     window: LogWindow = field(default_factory=LogWindow)
+    last_evaluation: EvaluationResult | None = None  # the card's evaluation: kept, not read back from the log
 
     def close(self) -> None:
         self.progress.close()
@@ -261,13 +263,14 @@ def start(
             f"processes ({opt.accumulation} × {processes.world_size})"
         )
     check_pooling_on(opt, processes.device)
-    checkpoint = prepare_output(output, config, resume, overwrite) if processes.main else None
+    resumed = prepare_output(output, config, resume, overwrite) if processes.main else None
     distributed.barrier(processes)
-    if not processes.main and resume:
-        checkpoint = checkpoints(output)[-1]
+    if not processes.main and resume:  # the main process checked the folder and the config
+        resumed = Resumed(checkpoints(output)[-1], load_config(output / CONFIG_FILE))
+    checkpoint = None if resumed is None else resumed.checkpoint
     seed_everything(config.seed)
     training_set = load_training_set(config.data)
-    if checkpoint is None:
+    if resumed is None:
         encoder, rescaling = initial_encoder(config, training_set)
         prepare_backbone(encoder, opt, processes.device)  # refused before anything is set aside
         config = resolved_config(config, rescaling)
@@ -280,7 +283,7 @@ def start(
             write_run_config(output, config, rescaling)
             write_initial_head(output, initial_head)
     else:
-        encoder, config, rescaling = resumed_encoder(checkpoint, config, output)
+        encoder, config, rescaling = resumed_encoder(resumed, config)
         prepare_backbone(encoder, opt, processes.device)
         initial_head = read_initial_head(output)
     encoder.to(processes.device).train(config.backbone.dropout)
@@ -318,14 +321,12 @@ def start(
     )
 
 
-def resumed_encoder(
-    checkpoint: Path, config: TrainConfig, output: Path
-) -> tuple[RetrievalModel, TrainConfig, RescaleRecord]:
+def resumed_encoder(resumed: Resumed, config: TrainConfig) -> tuple[RetrievalModel, TrainConfig, RescaleRecord]:
     """The checkpoint's model, and the rescaling the run started with ("auto" was resolved then)."""
-    encoder = load_model(checkpoint / MODEL_FOLDER, trust_remote_code=config.backbone.trust_remote_code)
+    encoder = load_model(resumed.checkpoint / MODEL_FOLDER, trust_remote_code=config.backbone.trust_remote_code)
     if isinstance(encoder, InferenceFreeEncoder):
         encoder.query_weights.requires_grad_(not config.model.freeze_query_weights)
-    saved = load_config(output / CONFIG_FILE).rescale  # its lr_scale too, through the config
+    saved = resumed.config.rescale  # its lr_scale too, through the config
     rescaling = (
         RescaleRecord(None, "none")
         if saved.k is None
@@ -421,7 +422,7 @@ def periodic_work(run: Training, step: int) -> None:
         distributed.barrier(run.processes)
     every = run.config.evaluation.every
     if run.evaluations is not None and (step == steps or (every and step % every == 0)):
-        run_evaluation(run.encoder, run.config, step, run.evaluations)
+        run.last_evaluation = run_evaluation(run.encoder, run.config, step, run.evaluations)
 
 
 def finish(run: Training) -> None:
@@ -431,7 +432,7 @@ def finish(run: Training) -> None:
             run.encoder.save(
                 run.output / MODEL_FOLDER,
                 training=recipe(run.config, run.initial_head),
-                evaluation=logged_evaluations(run.output),
+                evaluation=[] if run.last_evaluation is None else [run.last_evaluation],
             )
 
 
@@ -471,12 +472,6 @@ def recipe(config: TrainConfig, initial_head: HeadReport | None) -> dict:
     return recipe
 
 
-def logged_evaluations(output: Path) -> list[EvaluationResult]:
-    """The last evaluation ``evaluation.jsonl`` holds (the final one), as results; none when not evaluated."""
-    records = read_metrics(output, EVALUATION_FILE)
-    return [EvaluationResult.from_dict(record, output / EVALUATION_FILE) for record in records[-1:]]
-
-
 @contextlib.contextmanager
 def written(output: Path, what: str) -> Iterator[None]:
     """A write of the run (checkpoint, model, metrics) that fails — a full disk, a lost permission, whatever
@@ -501,8 +496,9 @@ def _last_good(output: Path) -> str:
     return f"Last good checkpoint: {last[-1] if last else 'none (no checkpoint written yet)'}"
 
 
-def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> None:
-    """Evaluate the model as it is now with :func:`spladekit.evaluation.evaluate.evaluate_data` and log it."""
+def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> EvaluationResult:
+    """Evaluate the model as it is now with :func:`spladekit.evaluation.evaluate.evaluate_data`, log it and return
+    it."""
     setting = config.evaluation
     assert setting.data is not None  # called only when evaluation.data is set
     result = evaluate_data(
@@ -522,3 +518,4 @@ def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log:
         setting.data,
         ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()),
     )
+    return result

@@ -145,9 +145,17 @@ def resolved_config(config: TrainConfig, record: RescaleRecord) -> TrainConfig:
     return dataclasses.replace(config, rescale=dataclasses.replace(config.rescale, k=record.k, mode=mode))
 
 
-def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Path | None:
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """Where a resumed run goes on from: its newest checkpoint and the config it started with (read once)."""
+
+    checkpoint: Path
+    config: TrainConfig
+
+
+def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: bool) -> Resumed | None:
     """Check the output folder (nothing is deleted here: with ``overwrite`` an existing run is set aside
-    later, see :func:`train`); for ``resume`` return the newest checkpoint (the config must match)."""
+    later, see :func:`train`); for ``resume`` the newest checkpoint and the saved config (it must match)."""
     if not resume:
         check_new_output(output, overwrite, folder=True)
         return None
@@ -167,7 +175,7 @@ def prepare_output(output: Path, config: TrainConfig, resume: bool, overwrite: b
     found = checkpoints(output)
     if not found:
         raise SpladekitError(f"{output}: nothing to resume (no checkpoint yet); start again with --overwrite")
-    return found[-1]
+    return Resumed(found[-1], saved)
 
 
 def write_run_config(output: Path, config: TrainConfig, record: RescaleRecord) -> None:
