@@ -40,13 +40,13 @@ def _probes(monkeypatch, avx512_bf16: bool, amx: bool) -> None:
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
 
 
-@pytest.mark.parametrize(
-    "avx512_bf16, amx, expected", [(True, False, "bf16"), (False, True, "bf16"), (False, False, "fp32")]
-)
-def test_auto_is_bf16_on_cpus_with_native_bf16_else_fp32(avx512_bf16, amx, expected, monkeypatch):
+@pytest.mark.parametrize("avx512_bf16, amx, native", [(True, False, True), (False, True, True), (False, False, False)])
+def test_auto_is_fp32_on_every_cpu_native_bf16_or_not(avx512_bf16, amx, native, monkeypatch):
+    """The pre-registered parity run did not show bf16 within 0.002 nDCG@10 of fp32 on each collection: its rule
+    makes auto fp32 on CPUs (docs/results/precision-parity/PREDICTIONS.md)."""
     _probes(monkeypatch, avx512_bf16, amx)
-    assert auto_precision(CPU) == resolve_precision("auto", CPU) == expected
-    assert native_bf16(CPU) is (expected == "bf16")
+    assert auto_precision(CPU) == resolve_precision("auto", CPU) == "fp32"
+    assert native_bf16(CPU) is native  # the probe itself still tells (the bf16 screen of the head uses it)
     for given in ("fp32", "bf16", "int8"):  # explicit precisions are taken as given
         assert resolve_precision(given, CPU) == given
 
@@ -232,8 +232,9 @@ def test_training_resolves_its_precision_on_its_device(monkeypatch):
     from spladekit.training.step import StepSettings
 
     minimal = {"backbone": {"id": "some/model"}, "data": {"path": "triplets.tsv"}}
-    _probes(monkeypatch, avx512_bf16=True, amx=False)
-    assert StepSettings.of(config_from_dict({**minimal, "optimization": {"precision": "auto"}}), CPU).bf16
+    _probes(monkeypatch, avx512_bf16=True, amx=False)  # auto is fp32 on CPUs, native bf16 or not
+    assert not StepSettings.of(config_from_dict({**minimal, "optimization": {"precision": "auto"}}), CPU).bf16
+    assert StepSettings.of(config_from_dict({**minimal, "optimization": {"precision": "bf16"}}), CPU).bf16
     assert not StepSettings.of(config_from_dict(minimal), CPU).bf16  # the default stays fp32
     assert StepSettings.of(config_from_dict({**minimal, "optimization": {"bf16": True}}), CPU).bf16  # the old key
     _probes(monkeypatch, avx512_bf16=False, amx=False)
