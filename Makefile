@@ -29,11 +29,11 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -m "slow or not slow" --durations=15
 
 # The edit loop: no end-to-end runs, torchrun or real-data evaluations (tests marked slow).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow" --durations=15
+	$(BIN)/python -m pytest -q --durations=15
 
 # The main job: diagnose -> evaluate before -> train (auto-k) -> evaluate after -> plots + summary. With no
 # --backbone/--train-data/--eval-data, quickstart uses ../shared (offline copies beside the repository) when it is
