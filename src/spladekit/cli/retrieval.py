@@ -24,7 +24,7 @@ from spladekit.cli.options import (
     query_max_length_option,
 )
 from spladekit.common.errors import SpladekitError
-from spladekit.index import BACKENDS, backend_class, check_backend
+from spladekit.index import BACKENDS, check_backend
 
 
 def backend_help() -> str:
@@ -419,44 +419,21 @@ def tune_index(
 ) -> None:
     """Sweep a backend's build and search parameters on your vectors and queries: µs/query (one thread) and
     recall@k against exact search, the recall-latency frontier, and the fastest configuration per recall target."""
-    from spladekit.evaluation.tuning import TARGETS, check_grid, plot_frontier, tune
-    from spladekit.vectors.artifact import Vectors
+    from spladekit.evaluation.tuning import TARGETS, tune_folders
 
-    targets = tuple(target) or TARGETS
-    parsed = parse_grid(grid)
-    check_grid(backend, parsed)  # before reading anything
-    if not all(0 < value <= 1 for value in (*targets, index_target)):
-        raise SpladekitError("recall targets (--recall-target, --index-recall-target) must be in (0, 1]")
-    if write_index and index_target not in targets:
-        raise SpladekitError(
-            f"--index-recall-target {index_target:g} is not one of the targets {', '.join(map(str, targets))}"
-        )
-    with opened(output, folder=True, overwrite=overwrite) as staged:
-        documents, queries = Vectors.load(vectors), Vectors.load(query_vectors)
-        if documents.vocab_size != queries.vocab_size:
-            raise SpladekitError(
-                f"{query_vectors}: {queries.vocab_size} dimensions, the documents {documents.vocab_size} "
-                "(encode both with one model)"
-            )
-        tuning = tune(documents.matrix, queries.matrix, backend, parsed, k=k, targets=targets, repeats=repeats)
-        report = {"vectors": str(vectors), "query_vectors": str(query_vectors), **tuning.to_dict()}
-        plot_frontier(tuning, staged / "frontier.png")
-        chosen = tuning.chosen().get(f"{index_target:g}")
-        report["index"] = None
-        if write_index and chosen is not None:
-            with backend_class(backend).build(documents.matrix, **chosen.build, **chosen.search) as searcher:
-                searcher.doc_ids = documents.ids
-                searcher.save(
-                    staged / "index",
-                    meta={
-                        "vectors": str(vectors),
-                        "model": documents.meta.get("model"),
-                        "tuning": report["chosen"],
-                        "tuned_for_recall": index_target,
-                    },
-                )
-            report["index"] = str(output / "index")
-        write_json(staged / "tuning.json", report)
+    tuning, report = tune_folders(
+        vectors,
+        query_vectors,
+        output,
+        backend,
+        parse_grid(grid),
+        k=k,
+        targets=tuple(target) or TARGETS,
+        index_target=index_target,
+        repeats=repeats,
+        write_index=write_index,
+        overwrite=overwrite,
+    )
     lines = [
         f"{backend}: {len(tuning.points)} configurations on {tuning.docs:,} documents, {tuning.queries:,} queries; "
         f"exact search: {tuning.exact_us_per_query:,.0f} µs/query (one thread)"

@@ -14,9 +14,11 @@ Timings are of this machine under its load at the time: compare points of one ru
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -218,3 +220,61 @@ def plot_frontier(tuning: Tuning, path: Any) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def tune_folders(
+    vectors: str | Path,
+    query_vectors: str | Path,
+    output: str | Path,
+    backend: str = "seismic",
+    grid: Mapping[str, Iterable[Any]] | None = None,
+    k: int = 10,
+    targets: tuple[float, ...] = TARGETS,
+    index_target: float = 0.95,
+    repeats: int = 3,
+    write_index: bool = True,
+    overwrite: bool = False,
+) -> tuple[Tuning, dict]:
+    """What ``spladekit tune-index`` does: :func:`tune` on the document and query vectors folders, then into the
+    folder ``output`` (written atomically) ``tuning.json``, ``frontier.png`` and, with ``write_index``, ``index/``
+    built with the fastest configuration reaching ``index_target`` (when one does). Returns the tuning and the
+    report written as ``tuning.json``."""
+    from spladekit.common.atomic import atomic_file, open_output
+    from spladekit.vectors.artifact import Vectors
+
+    check_grid(backend, grid)  # before reading anything
+    if not all(0 < value <= 1 for value in (*targets, index_target)):
+        raise SpladekitError("recall targets (--recall-target, --index-recall-target) must be in (0, 1]")
+    if write_index and index_target not in targets:
+        raise SpladekitError(
+            f"--index-recall-target {index_target:g} is not one of the targets {', '.join(map(str, targets))}"
+        )
+    with open_output(output, folder=True, overwrite=overwrite) as opened:
+        staged = opened.staging
+        documents, queries = Vectors.load(vectors), Vectors.load(query_vectors)
+        if documents.vocab_size != queries.vocab_size:
+            raise SpladekitError(
+                f"{query_vectors}: {queries.vocab_size} dimensions, the documents {documents.vocab_size} "
+                "(encode both with one model)"
+            )
+        tuning = tune(documents.matrix, queries.matrix, backend, grid, k=k, targets=targets, repeats=repeats)
+        report = {"vectors": str(vectors), "query_vectors": str(query_vectors), **tuning.to_dict()}
+        plot_frontier(tuning, staged / "frontier.png")
+        chosen = tuning.chosen().get(f"{index_target:g}")
+        report["index"] = None
+        if write_index and chosen is not None:
+            with backend_class(backend).build(documents.matrix, **chosen.build, **chosen.search) as searcher:
+                searcher.doc_ids = documents.ids
+                searcher.save(
+                    staged / "index",
+                    meta={
+                        "vectors": str(vectors),
+                        "model": documents.meta.get("model"),
+                        "tuning": report["chosen"],
+                        "tuned_for_recall": index_target,
+                    },
+                )
+            report["index"] = str(Path(output) / "index")
+        with atomic_file(staged / "tuning.json") as stream:
+            stream.write(json.dumps(report, indent=2, default=str) + "\n")
+    return tuning, report
