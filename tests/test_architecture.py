@@ -91,7 +91,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("training", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
-    ("experiments", ["stats", "inflate", "sweep", "report", "quickstart"]),
+    (
+        "experiments",
+        ["stats", "inflate", "sweep_config", "sweep_records", "sweep_cost", "sweep", "report", "quickstart"],
+    ),
     ("serve", ["settings", "tei", "metrics", "security", "encoding", "search", "batching", "page", "app"]),
     (
         "cli",

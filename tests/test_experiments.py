@@ -13,7 +13,9 @@ import yaml
 from collection_files import write_beir
 from spladekit.common.errors import InputError
 from spladekit.experiments.report import build_report
-from spladekit.experiments.sweep import Cell, dry_run, load_sweep, plan, run_sweep
+from spladekit.experiments.sweep import run_sweep
+from spladekit.experiments.sweep_config import Cell, load_sweep, plan
+from spladekit.experiments.sweep_cost import dry_run
 from tiny_models import build_tiny_model
 from train_helpers import write_triplets
 
@@ -426,7 +428,7 @@ def test_report_of_the_undamaged_stand_in_works(tmp_path, cli):
 
 # ----------------------------------------------------------------------------------------- seeds and paired tests
 def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
-    from spladekit.experiments.sweep import _run_values
+    from spladekit.experiments.sweep_config import run_values
 
     sweep = load_sweep(write_sweep(tmp_path, seeds=[3, 5]))
     cells = plan(sweep)
@@ -437,26 +439,26 @@ def test_seeds_repeat_every_run_and_set_the_recipe_seed(tmp_path):
         "bert__k8__tied__s5",
     ]
     assert len(cells) == 8 and {cell.seed for cell in cells} == {3, 5}
-    assert _run_values(sweep, sweep.backbones[0], cells[1], "x")["seed"] == 5
-    assert "seed" not in _run_values(
+    assert run_values(sweep, sweep.backbones[0], cells[1], "x")["seed"] == 5
+    assert "seed" not in run_values(
         load_sweep(write_sweep(tmp_path)), sweep.backbones[0], Cell("bert", 1.0, "none"), "x"
     )
 
 
 def test_a_backbone_can_divide_the_bias_too_and_scale_the_lr(tmp_path):
-    from spladekit.experiments.sweep import _run_values
+    from spladekit.experiments.sweep_config import run_values
 
     model = str(build_tiny_model("bert", tmp_path / "b"))
     sweep = load_sweep(
         write_sweep(tmp_path, backbones=[{"name": "b", "id": model, "rescale_bias": True, "lr_scale": True}])
     )
-    assert _run_values(sweep, sweep.backbones[0], Cell("b", 8.0, "tied"), "x")["rescale"] == {
+    assert run_values(sweep, sweep.backbones[0], Cell("b", 8.0, "tied"), "x")["rescale"] == {
         "k": 8.0,
         "mode": "tied",
         "rescale_bias": True,
         "lr_scale": True,
     }
-    assert _run_values(sweep, sweep.backbones[0], Cell("b", 1.0, "none"), "x")["rescale"] == {"k": None}
+    assert run_values(sweep, sweep.backbones[0], Cell("b", 1.0, "none"), "x")["rescale"] == {"k": None}
 
 
 def write_seeded_run(
@@ -723,7 +725,7 @@ def test_the_backbone_reports_auto_k_is_the_k_an_auto_cell_trains_with(tmp_path,
     )
     path, initial = sweep_module.prepare_backbone(spec, tmp_path / "out", sweep)
     recipe = config_from_dict(
-        sweep_module._run_values(sweep, spec, sweep_module.Cell(spec.name, "auto", "auto"), path), "t"
+        sweep_module.run_values(sweep, spec, sweep_module.Cell(spec.name, "auto", "auto"), path), "t"
     )
     pairs = load_training_set(recipe.data).pairs(recipe.rescale.auto_pairs)
     ((args, kwargs),) = seen

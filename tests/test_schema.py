@@ -15,7 +15,7 @@ from spladekit.cli import app
 from spladekit.cli.keys import KINDS, reference
 from spladekit.common.errors import InputError
 from spladekit.common.schema import MAX_SEED, all_keys, build_dataclass, check_declared, declarations, declared
-from spladekit.experiments.sweep import BackboneSpec, SweepConfig, SweepEvaluation
+from spladekit.experiments.sweep_config import BackboneSpec, SweepConfig, SweepEvaluation
 from spladekit.index import BACKENDS
 from spladekit.training.config import TrainConfig
 

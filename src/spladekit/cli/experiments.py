@@ -46,8 +46,9 @@ def sweep(
     from rich.console import Console
     from rich.table import Table
 
-    from spladekit.experiments.sweep import check_only, load_sweep, run_on_devices, run_sweep
-    from spladekit.experiments.sweep import dry_run as plan_sweep
+    from spladekit.experiments.sweep import run_on_devices, run_sweep
+    from spladekit.experiments.sweep_config import check_only, load_sweep
+    from spladekit.experiments.sweep_cost import dry_run as plan_sweep
     from spladekit.vectors.encoding import parse_shard
 
     settings = load_sweep(config)

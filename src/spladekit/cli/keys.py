@@ -22,7 +22,7 @@ def reference(kind: str) -> dict[str, list[Declaration]]:
 
         return {"training config (`spladekit train CONFIG`, `--set KEY=VALUE`)": list(declarations(TrainConfig))}
     if kind == "sweep":
-        from spladekit.experiments.sweep import BackboneSpec, SweepConfig
+        from spladekit.experiments.sweep_config import BackboneSpec, SweepConfig
 
         return {
             "sweep file (`spladekit sweep FILE`)": list(declarations(SweepConfig)),

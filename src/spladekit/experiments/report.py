@@ -31,7 +31,7 @@ from spladekit.common.atomic import atomic_file
 from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, read_json
 from spladekit.experiments.stats import Contrast, Unit, contrast, with_holm
-from spladekit.experiments.sweep import (
+from spladekit.experiments.sweep_records import (
     BASELINES_DIR,
     PLAN_FILE,
     RUN_FILE,
