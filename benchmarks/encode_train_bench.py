@@ -301,7 +301,7 @@ def measure_memory(args) -> dict:
 def measure_screen(args, docs):
     """One batch of real projection inputs: the bf16 screen's three stages against the fp32 block pass, and
     how many terms per text the error bound keeps next to the true non-zero count."""
-    from spladekit.model import pooling
+    from spladekit.model import bf16_screen, pooling
 
     model = load_ours(args.model, "fused", args.max_length)
     batch = model.tokenize(docs[: args.batch_size])
@@ -312,7 +312,7 @@ def measure_screen(args, docs):
         chunk = pooling.default_chunk_size(hidden.shape[2], hidden.shape[0] * hidden.shape[1], hidden.element_size())
         fp32_s, (exact, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.float32, False)
         screen_s, (screen, _) = timed(pooling._block_max, hidden, weight, bias, mask, chunk, torch.bfloat16, False)
-        bound_s, candidates = timed(pooling.screen_candidates, screen, hidden, weight, bias, mask, torch.bfloat16)
+        bound_s, candidates = timed(bf16_screen.screen_candidates, screen, hidden, weight, bias, mask, torch.bfloat16)
         recompute_s, (recomputed, _) = timed(
             pooling._recompute_candidates, hidden, weight, bias, mask, candidates, chunk, False
         )

@@ -54,6 +54,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "head",
             "head_options",
             "folding",
+            "bf16_screen",
+            "ties",
             "pooling",
             "triton_head",
             "packing",

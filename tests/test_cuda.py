@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from spladekit import SparseEncoder
-from spladekit.model.pooling import screen_is_sound, splade_max_pool_fused
+from spladekit.model.bf16_screen import screen_is_sound
+from spladekit.model.pooling import splade_max_pool_fused
 from spladekit.training import train
 from tiny_models import SAMPLE_TEXTS as TEXTS
 from train_helpers import TINY_BERT, TRIPLETS, tiny_config

@@ -16,15 +16,13 @@ from conftest import shared_path
 from spladekit import SparseEncoder
 from spladekit.common.errors import SpladekitError
 from spladekit.model import pooling as pooling_module
+from spladekit.model.bf16_screen import ACCUMULATION_UNIT_ROUNDOFF, screen_candidates, screen_is_sound
 from spladekit.model.pooling import (
-    ACCUMULATION_UNIT_ROUNDOFF,
     BLOCK_BYTES_PER_WIDTH,
     MIN_CHUNK_SIZE,
     _augmented,
     bf16_screen_pays,
     default_chunk_size,
-    screen_candidates,
-    screen_is_sound,
     splade_max_pool,
     splade_max_pool_auto,
     splade_max_pool_fused,

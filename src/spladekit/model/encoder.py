@@ -247,7 +247,7 @@ class SparseEncoder(nn.Module):
     ``"auto"`` (default: ``fused-bf16`` on CPUs with native bf16 matmuls, else ``fused``; ``pooling.bf16_screen_pays``),
     ``"fused"`` (chunked projection + max, sparse backward), ``"fused-bf16"`` (a bf16 matmul
     screens the terms under a rounding-error bound, fp32 recomputes the candidates: the same non-zero set,
-    see ``pooling.screen_candidates``), ``"fused-adaptive"``, ``"triton"`` or ``"naive"`` (materializes B × L × V
+    see ``bf16_screen.screen_candidates``), ``"fused-adaptive"``, ``"triton"`` or ``"naive"`` (materializes B × L × V
     logits). ``bf16``: ``encode`` runs
     the backbone and head under bf16 autocast (:func:`spladekit.common.devices.autocast`; the weights stay fp32),
     faster where the hardware has bf16 matmuls (docs/benchmarks.md) and not bit-identical to fp32: recorded where the

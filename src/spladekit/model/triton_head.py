@@ -26,13 +26,8 @@ from typing import Any
 
 import torch
 
-from spladekit.model.pooling import (
-    compute_dtype,
-    logit_gradient,
-    mean_rows,
-    needs_grad,
-    share_among_identical_rows,
-)
+from spladekit.model.pooling import compute_dtype, logit_gradient, needs_grad
+from spladekit.model.ties import mean_rows, share_among_identical_rows
 
 with contextlib.suppress(ImportError):  # without triton the module still imports: triton_unusable says why
     import triton.language as tl
