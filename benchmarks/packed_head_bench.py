@@ -2,7 +2,7 @@
 
 Packing (``spladekit.model.packing``) runs the backbone on real tokens only and puts its output back in the padded
 B × L_max layout, where the fused head would compute every padded position. Cut by length into G groups
-(``encoder.length_groups``), each padded only to its own longest text, the head computes less padding for G passes.
+(``batches.length_groups``), each padded only to its own longest text, the head computes less padding for G passes.
 This times the head alone, forward and backward (``splade_max_pool_fused``), on the token lengths of real training
 batches: ``--batch`` random MS MARCO passages (trec-dl-2019-subset) tokenized by the model's tokenizer, random
 hidden states and a head of the model's shape (``--backbone-files``: config and tokenizer, random weights), with a
@@ -50,7 +50,7 @@ def main() -> None:
 
     from transformers import AutoConfig, AutoTokenizer
 
-    from spladekit.model.encoder import in_order, length_groups
+    from spladekit.model.batches import in_order, length_groups
     from spladekit.model.pooling import splade_max_pool_fused
 
     torch.set_num_threads(args.threads)

@@ -16,7 +16,7 @@ import torch
 
 from spladekit import SparseEncoder
 from spladekit.common.errors import InputError, SpladekitError
-from spladekit.model.encoder import length_groups
+from spladekit.model.batches import length_groups
 from tiny_models import SAMPLE_TEXTS as TEXTS
 
 

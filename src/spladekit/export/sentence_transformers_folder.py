@@ -24,8 +24,8 @@ from spladekit.common.atomic import atomic_directory
 from spladekit.common.errors import SpladekitError
 from spladekit.model.backbone import quiet_transformers
 from spladekit.model.card import write_model_card
-from spladekit.model.encoder import METADATA_FILE
 from spladekit.model.inference_free import document_encoder
+from spladekit.model.metadata import METADATA_FILE
 
 if TYPE_CHECKING:
     from spladekit.model.encoder import SparseEncoder

@@ -19,8 +19,7 @@ from tqdm.auto import tqdm
 
 from spladekit.common.atomic import atomic_directory
 from spladekit.common.devices import autocast
-from spladekit.common.errors import InputError, SpladekitError
-from spladekit.common.lines import describe, expect, read_json
+from spladekit.common.errors import SpladekitError
 from spladekit.common.schema import MIN_TOKEN_LIMIT
 from spladekit.common.sparse import check_max_active_dims, dense_to_csr, keep_top_weights
 from spladekit.model.backbone import (
@@ -31,10 +30,12 @@ from spladekit.model.backbone import (
     projection_bypassed,
     quiet_transformers,
 )
+from spladekit.model.batches import LENGTH_SLICE, in_order, length_groups, smaller_batch, text_list
 from spladekit.model.card import CardEvaluation, write_model_card
 from spladekit.model.folding import VocabularyFold, build_fold, read_fold
-from spladekit.model.head import CONFIG_ATTRIBUTE, RESCALE_MODES, parse_k, rescale, rescale_record
+from spladekit.model.head import rescale, rescale_record
 from spladekit.model.head_options import HeadOptions, head_options
+from spladekit.model.metadata import METADATA_FILE, check_rescale_record, read_metadata
 from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
 from spladekit.model.pooling import (
     DENSE_BACKWARD_DENSITY,
@@ -43,7 +44,6 @@ from spladekit.model.pooling import (
     splade_max_pool_fused,
 )
 
-METADATA_FILE = "spladekit.json"
 log = logging.getLogger("spladekit")
 
 DEFAULT_MAX_LENGTH = 256
@@ -105,54 +105,6 @@ def check_side(side: str) -> Side:
     raise SpladekitError(f"unknown side {side!r}; choose one of {', '.join(SIDES)}")
 
 
-# spladekit.json values read back, with their JSON types (absent or null: not recorded).
-METADATA_TYPES: dict[str, type | tuple[type, ...]] = {
-    "max_length": int,
-    "query_max_length": int,
-    "backbone": str,
-    "spladekit_version": str,
-    "rescale": dict,
-    "pooling": str,
-    "head": dict,
-}
-
-
-def read_metadata(folder: Path) -> dict:
-    """``spladekit.json`` of a saved model (``{}`` when absent): a JSON object whose known values have their
-    types and a positive ``max_length`` / ``query_max_length``; anything else is an :class:`InputError` naming
-    the file."""
-    path = folder / METADATA_FILE
-    if not path.is_file():
-        return {}
-    metadata = read_json(path, dict)
-    for key, kinds in METADATA_TYPES.items():
-        if metadata.get(key) is not None:
-            expect(metadata[key], kinds, f"{key!r}", path)
-    for key in ("max_length", "query_max_length"):
-        if metadata.get(key) is not None and metadata[key] < 1:
-            raise InputError(f"{key!r} must be a positive integer, got {metadata[key]}", path)
-    return metadata
-
-
-def check_rescale_record(record: object, config_file: Path) -> None:
-    """The rescaling a model folder records in its ``config.json`` (``spladekit_rescale``): absent, or
-    ``{"k": positive number, "mode": "tied" | "untie", "rescale_bias": bool}``."""
-    if record is None:
-        return
-    what = f"{CONFIG_ATTRIBUTE!r}"
-    expect(record, dict, what, config_file)
-    assert isinstance(record, dict)  # for mypy: expect() raised otherwise
-    try:
-        parse_k(record.get("k"))
-    except SpladekitError as error:
-        raise InputError(f"{what}: {error}", config_file) from None
-    if record.get("mode") not in RESCALE_MODES:
-        raise InputError(
-            f"{what}: mode must be one of {', '.join(RESCALE_MODES)}, got {describe(record.get('mode'))}", config_file
-        )
-    expect(record.get("rescale_bias"), bool, f"{what}: rescale_bias", config_file)
-
-
 def non_finite_weights(module: nn.Module) -> list[str]:
     """Names of the floating-point parameters of ``module`` holding NaN or inf (empty when all are finite).
 
@@ -173,68 +125,12 @@ def non_finite_weights(module: nn.Module) -> list[str]:
     return bad
 
 
-LENGTH_SLICE = 1024  # texts tokenized at once to measure their lengths
-
-
 class NonFiniteVector(SpladekitError):
     """A text encoded to a vector with NaN/inf weights (a broken model): refused, never written."""
 
     def __init__(self, message: str, index: int):
         super().__init__(message)
         self.index = index
-
-
-def text_list(texts: str | Sequence[str]) -> list[str]:
-    """The texts to encode: one string is one text (as in sentence-transformers), never its characters."""
-    return [texts] if isinstance(texts, str) else list(texts)
-
-
-def _smaller_batch(batch_size: int, device: torch.device) -> int:
-    """Half of ``batch_size`` after an out-of-memory error (the cached blocks freed first), logged once per halving."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    smaller = max(1, batch_size // 2)
-    log.warning(
-        "a batch of %d texts did not fit in %s memory: continuing with batches of %d", batch_size, device, smaller
-    )
-    return smaller
-
-
-def length_groups(lengths: np.ndarray, groups: int) -> list[np.ndarray]:
-    """Positions of ``lengths`` cut into at most ``groups`` groups of consecutive lengths (sorted), the cut that
-    pads fewest tokens: minimises Σ_g |g| · max(g) by dynamic programming over the sorted lengths (O(groups · n²)
-    numpy work; n is one batch's texts)."""
-    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-        raise SpladekitError(f"length groups must be an integer >= 1, got {groups!r}")
-    order = np.argsort(lengths, kind="stable")
-    ordered = np.asarray(lengths)[order].astype(np.int64)
-    n = len(ordered)
-    starts = np.arange(n)
-    best = np.concatenate([[0], np.full(n, np.iinfo(np.int64).max // 4)])  # best[j]: first j texts, 0 groups
-    cuts = []
-    for _ in range(min(groups, n)):
-        new, cut = best.copy(), np.zeros(n + 1, dtype=np.int64)
-        for end in range(1, n + 1):  # a group of texts start..end-1 padded to ordered[end - 1]
-            costs = best[:end] + (end - starts[:end]) * ordered[end - 1]
-            cut[end] = int(np.argmin(costs))
-            new[end] = costs[cut[end]]
-        cuts.append(cut)
-        best = new
-    bounds, end = [], n
-    for cut in reversed(cuts):
-        if end == 0:
-            break
-        bounds.append((int(cut[end]), end))
-        end = int(cut[end])
-    return [order[start:stop] for start, stop in reversed(bounds) if stop > start]
-
-
-def in_order(parts: Sequence[torch.Tensor], cut: Sequence[np.ndarray]) -> torch.Tensor:
-    """The rows of ``parts`` (part g holds the texts at positions ``cut[g]``) in the texts' order."""
-    order = torch.from_numpy(np.concatenate(cut)).to(parts[0].device)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(len(order), device=order.device)
-    return torch.cat(list(parts))[inverse]
 
 
 class SparseEncoder(nn.Module):
@@ -642,7 +538,7 @@ class SparseEncoder(nn.Module):
                         if batch_size == 1:
                             raise
                         del batch
-                        batch_size = _smaller_batch(batch_size, self.device)
+                        batch_size = smaller_batch(batch_size, self.device)
                         continue
                     start += len(chunk)
                     finite = torch.isfinite(vectors).all(dim=1)

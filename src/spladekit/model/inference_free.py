@@ -53,17 +53,12 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import expect, reading
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
+from spladekit.model.batches import text_list
 from spladekit.model.card import CardEvaluation, write_model_card
-from spladekit.model.encoder import (
-    DEFAULT_POOLING,
-    METADATA_FILE,
-    SparseEncoder,
-    check_side,
-    read_metadata,
-    text_list,
-)
+from spladekit.model.encoder import DEFAULT_POOLING, SparseEncoder, check_side
 from spladekit.model.folding import VocabularyFold
 from spladekit.model.head_options import HeadOptions
+from spladekit.model.metadata import METADATA_FILE, read_metadata
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

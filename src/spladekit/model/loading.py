@@ -20,9 +20,10 @@ from spladekit.common.devices import BF16, FP32, INT8, check_precision, resolve_
 from spladekit.common.errors import SpladekitError
 from spladekit.common.sources import is_local_model
 from spladekit.model.backbone import MLMHead
-from spladekit.model.encoder import DEFAULT_POOLING, SparseEncoder, read_metadata
+from spladekit.model.encoder import DEFAULT_POOLING, SparseEncoder
 from spladekit.model.foreign import resolve_model_folder
 from spladekit.model.inference_free import KIND, InferenceFreeEncoder
+from spladekit.model.metadata import read_metadata
 
 RetrievalModel = Union[SparseEncoder, InferenceFreeEncoder]
 

@@ -33,7 +33,8 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.common.lines import read_json
 from spladekit.common.sparse import check_max_active_dims, keep_top_weights
 from spladekit.model.backbone import quiet_transformers
-from spladekit.model.encoder import Side, SparseEncoder, check_side, text_list
+from spladekit.model.batches import text_list
+from spladekit.model.encoder import Side, SparseEncoder, check_side
 from spladekit.model.folding import read_fold
 from spladekit.model.head_options import head_options
 from spladekit.model.inference_free import (
