@@ -171,7 +171,7 @@ def pipeline(args: argparse.Namespace, gpus: int) -> list[dict]:
     index = spladekit("index", vectors, "--output", out / "index", "--backend", "seismic")
     run_stage("index (seismic, CPU)", index, "cpu", rows)
     evaluate = ["evaluate", trained, "--data", args.data, "--split", "test", "--device", "auto", *precision]
-    evaluate += ["--batch-size", "128", "--max-length", "256", "--json-out", out / "evaluate.json"]
+    evaluate += ["--batch-size", "128", "--doc-max-length", "256", "--json-out", out / "evaluate.json"]
     run_stage(f"evaluate (torchrun, {ranks} ranks)", torchrun(ranks, *evaluate), device, rows, docs)
     rows[-1]["ndcg@10"] = round(json.loads((out / "evaluate.json").read_text())["nDCG@10"], 4)
     devices = ",".join(f"cuda:{i}" for i in range(min(gpus, 4))) if gpus > 1 else f"{cuda},{cuda}"
