@@ -265,8 +265,9 @@ def qdrant_edge(
     from spladekit.vectors.artifact import Vectors
 
     output = needs_output(output, "qdrant-edge")
-    if output.absolute() == vectors.absolute() or vectors.absolute() in output.absolute().parents:
-        raise SpladekitError(f"{output}: the shard folder cannot be, or be inside, the vectors folder")
+    shard, source = output.resolve(), vectors.resolve()
+    if shard == source or source in shard.parents or shard in source.parents:  # one would be written into the other
+        raise SpladekitError(f"{output}: the shard folder and the vectors folder are one (or one holds the other)")
     check_backend("qdrant", {})  # qdrant-edge-py, before the vectors are read
     with opened(output, folder=True, overwrite=overwrite) as shard:
         documents = Vectors.load(vectors)
