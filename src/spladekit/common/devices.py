@@ -69,11 +69,10 @@ def auto_precision(device: torch.device) -> str:
     bf16 natively (:func:`native_bf16`), else fp32. int8 is never automatic (it is opt-in, encoding only).
 
     The rule may pick only a precision whose effectiveness parity with fp32 has been shown. On CPUs the
-    pre-registered test (docs/results/precision-parity/PREDICTIONS.md: nDCG@10 within 0.002 of fp32 on each of five
-    collections, paired TOST) did not show it for bf16 (equivalent on the mean and on two collections, inconclusive
-    on three), so by the rule registered with it ``auto`` is fp32 on every CPU, native bf16 or not. The GPU rule
-    rests on one H200 run without an equivalence margin (docs/benchmarks.md, "GPU"): weaker evidence, kept as it
-    was; every command's default stays ``fp32``."""
+    pre-registered test (docs/results/precision-parity/PREDICTIONS.md) did not show it for bf16 on every collection,
+    so by the rule registered with it ``auto`` is fp32 on every CPU, native bf16 or not. The GPU rule rests on an
+    H200 run without an equivalence margin (docs/benchmarks.md, "GPU"): weaker evidence, kept as it was; every
+    command's default stays ``fp32``."""
     if device.type == "cuda":
         return BF16 if native_bf16(device) else FP32
     return FP32
