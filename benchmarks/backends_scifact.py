@@ -5,7 +5,7 @@ encodes it, the others read it back), then every backend is evaluated through ``
 the same vectors: index build seconds, search ms per query (all queries, ``search_batches``), nDCG@10,
 RR@10 and recall@k, and how many queries' top-10 and whole top-k (ids in rank order) equal the first backend's (the
 reference: ``exact``; ``pisa`` for the backends that score integer impacts, since at one scale it is brute force
-over the same quantized vectors, ``tests/test_index_pisa.py``).
+over the same quantized vectors, ``tests/index/test_pisa.py``).
 
     SPLADEKIT_CACHE=/tmp/bench/cache nice -n 10 python benchmarks/backends_scifact.py \\
         --model ../shared/models/splade-tiny-msmarco --data ../shared/data/scifact --split test \\

@@ -209,3 +209,21 @@ def test_the_architecture_page_draws_every_module_of_layers_in_order():
     drawn = drawn_modules(PACKAGE.parents[1] / "docs" / "architecture.md")
     for package, modules in LAYERS:
         assert drawn.get(package) == modules, f"docs/architecture.md, {package}/: {drawn.get(package)} != {modules}"
+
+
+# Test folders that are not a package of src/spladekit: the benchmark suite's own tests, and the end-to-end runs on
+# the shared collections that cross every package.
+TEST_FOLDERS_BESIDE_PACKAGES = {"bench", "end_to_end", "fixtures"}
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/<package>/test_*.py for src/spladekit/<package>/; only the repository-wide tests (API, layering, docs)
+    sit in tests/ itself. A new test file in tests/ or in a folder no package has fails here."""
+    tests = PACKAGE.parents[1] / "tests"
+    packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    folders = {path.name for path in tests.iterdir() if path.is_dir() and path.name != "__pycache__"}
+    assert folders - packages - TEST_FOLDERS_BESIDE_PACKAGES == set()
+    at_top = {path.name for path in tests.glob("test_*.py")}
+    assert at_top == {"test_api.py", "test_architecture.py", "test_docs.py"}
+    for folder in folders & packages:
+        assert list((tests / folder).glob("test_*.py")), f"tests/{folder}/ has no tests"

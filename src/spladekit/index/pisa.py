@@ -15,7 +15,7 @@ at a tie: PISA's top-k heap orders by score alone, so of several documents tied 
 an arbitrary subset (not the lowest rows, on most queries of a heavily tied test collection). We therefore
 ask for k + 1 hits and, while the (k + 1)-th ties with the k-th, ask that query again with twice as many;
 then the top-k ordered by (score descending, row ascending) equals brute force over the quantized vectors
-(``tests/test_index_pisa.py``).
+(``tests/index/test_pisa.py``).
 
 Terms and documents: term v is the PISA term ``str(v)`` zero-padded to the width of the vocabulary (so
 PISA's sorted lexicon is in vocabulary order) and document row r is PISA document r (name ``str(r)``).

@@ -408,7 +408,7 @@ class SparseEncoder(nn.Module):
         names and what ``save`` writes are unchanged), with dynamic shapes, so that one graph serves every batch
         shape; grad mode (training / encoding) and packed inputs (position ids) each add one graph. The head stays
         eager. The first call of each graph compiles (its time: docs/benchmarks.md); the vectors equal the eager
-        ones up to float rounding (tests/test_encoder.py).
+        ones up to float rounding (tests/model/test_encoder.py).
 
         ``frozen=True`` is for encoding only (``encode`` / ``evaluate`` ``--compile``): inductor's freezing folds the
         linear layers' weights into the inference graph as constants (on a CPU prepacked for oneDNN; speed:

@@ -85,9 +85,9 @@ def quantize_backbone(model: RetrievalModel) -> RetrievalModel:
     quantization (int8 weights, activations quantized per batch, int32 accumulation; fp32 outside the linears). The
     vocabulary projection stays fp32 (the SPLADE head multiplies by its weight itself), and so does everything that is
     not an ``nn.Linear`` (embeddings, LayerNorms, attention's softmax). The vectors are close to fp32's, not equal
-    (tests/test_precision.py; parity: docs/results/precision-parity/PREDICTIONS.md). A quantized model has no backward:
-    it is for encoding only. Its :func:`model_fingerprint` stays that of its fp32 weights (the precision is recorded
-    beside it). Returns ``model``."""
+    (tests/common/test_precision.py; parity: docs/results/precision-parity/PREDICTIONS.md). A quantized model has no
+    backward: it is for encoding only. Its :func:`model_fingerprint` stays that of its fp32 weights (the precision is
+    recorded beside it). Returns ``model``."""
     encoder = model.document_encoder if isinstance(model, InferenceFreeEncoder) else model
     if encoder.precision == INT8:
         return model

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 # Architectures whose forward takes position ids and a prepared 4-D mask (transformers >= 5), each tested
-# against its padded forward in tests/test_packing.py. GTE (remote code) and others stay padded.
+# against its padded forward in tests/model/test_packing.py. GTE (remote code) and others stay padded.
 PACKABLE = frozenset({"bert", "distilbert", "albert", "electra", "roberta", "xlm-roberta", "camembert", "modernbert"})
 # Attention implementations that read the mask transformers builds (flash and flex attention take packed
 # sequences their own way).

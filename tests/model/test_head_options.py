@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from test_pooling import random_inputs
 
 from conftest import shared_path
 from spladekit import SparseEncoder
@@ -16,7 +17,6 @@ from spladekit.common.errors import InputError, SpladekitError
 from spladekit.model.folding import FOLD_FILE, build_fold, fold_key, read_fold
 from spladekit.model.head_options import HeadOptions, head_options
 from spladekit.model.pooling import keep_position_top_k, splade_max_pool, splade_max_pool_fused
-from test_pooling import random_inputs
 from tiny_models import ARCHITECTURES
 from tiny_models import SAMPLE_TEXTS as TEXTS
 

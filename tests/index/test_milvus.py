@@ -42,7 +42,7 @@ def test_top10_equals_exact_with_ties_broken_by_row():
     np.testing.assert_allclose(result.scores, expected.scores, rtol=1e-6)
     assert (result.doc_indices[-1] == -1).all()
     searcher.close()
-    assert searcher.folder is None  # Milvus Lite's scratch folder removed (kill -9: tests/test_scratch.py)
+    assert searcher.folder is None  # Milvus Lite's scratch folder removed (kill -9: tests/common/test_scratch.py)
 
 
 def test_zipf_collection_scores_allclose_and_rankings_equal_up_to_float_ties():

@@ -16,7 +16,7 @@ import pytest
 
 from test_docs import anchors, markdown_links
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # benchmarks/ is a folder of scripts run as `python -m benchmarks` from the root
 registry = importlib.import_module("benchmarks.registry")

@@ -35,7 +35,7 @@ RUNS = {
 STOPPED_RUN = textwrap.dedent("""
     import importlib, os, signal, sys
     from pathlib import Path
-    sys.path.insert(0, sys.argv[1])
+    sys.path[:0] = [sys.argv[1], str(Path(sys.argv[1]).parent)]  # this test's folder, then tests/ (the helpers)
     from test_scratch import RUNS, run_once
 
     run, mode, vectors, out, tag = sys.argv[2:7]

@@ -203,7 +203,7 @@ def test_the_ciff_export_indexed_by_anserini_gives_the_same_run(tied, tmp_path):
     import importlib.util
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "anserini_ciff.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "anserini_ciff.py"
     spec = importlib.util.spec_from_file_location("anserini_ciff", script)
     assert spec is not None and spec.loader is not None
     check = importlib.util.module_from_spec(spec)

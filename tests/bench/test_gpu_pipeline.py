@@ -14,7 +14,7 @@ import torch
 
 from collection_files import QRELS, QUERIES, write_beir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_pipeline.py"
 STAGES = ["train bert-base", "train splade-tiny", "encode corpus", "index", "evaluate", "sweep 2 × 2"]
 

@@ -12,7 +12,7 @@ import yaml
 from spladekit.common.errors import InputError
 from spladekit.training.config import TrainConfig, load_config, save_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "configs" / "train-example.yaml"
 
 

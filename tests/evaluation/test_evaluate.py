@@ -553,7 +553,7 @@ def test_evaluate_under_torchrun_encodes_on_every_rank_and_reports_once(model_di
 
     docs = {**DOCS, **{f"x{i}": ("", f"filler document {i} about nothing in particular") for i in range(20_000)}}
     folder = write_beir(tmp_path / "big", docs=docs)
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     (tmp_path / "tmp").mkdir()  # torchrun's own temporary folders (torchelastic_*) go here, not into $TMPDIR
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path / "tmp")}
     env["SPLADEKIT_CACHE"] = str(tmp_path / "cache")

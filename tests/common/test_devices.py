@@ -126,7 +126,7 @@ def test_every_command_that_runs_a_model_passes_its_device_to_the_loader(tiny_mo
 
 def test_a_sweep_trains_and_evaluates_each_cell_on_its_device(tmp_path, monkeypatch):
     import spladekit.experiments.sweep as sweep_module
-    from test_experiments import write_sweep
+    from train_helpers import write_sweep
 
     monkeypatch.setenv("SPLADEKIT_CACHE", str(tmp_path / "cache"))
     trained_on: list = []

@@ -21,7 +21,7 @@ from spladekit.index.pisa import ALGORITHMS, _Postings
 from spladekit.vectors.artifact import Vectors
 from synthetic_sparse import assert_equals_brute_force, brute_force, coarse, zipf_matrix
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture(scope="module")

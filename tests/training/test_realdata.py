@@ -74,7 +74,7 @@ def test_over_rescaled_splade_tiny_stops_on_a_uniform_collapse_within_60_steps(t
     from spladekit.training import TrainingStopped, load_config
 
     config = load_config(
-        Path(__file__).resolve().parents[1] / "configs" / "train-example.yaml",
+        Path(__file__).resolve().parents[2] / "configs" / "train-example.yaml",
         [
             f"backbone.id={shared_path('models', 'splade-tiny-msmarco')}",
             f"data.path={shared_path('data', 'scifact', 'triplets-train.tsv')}",

@@ -84,7 +84,7 @@ def test_payload_holds_doc_ids_and_a_shard_is_not_silently_replaced(tmp_path):
 
 
 def test_the_scratch_shard_is_removed_on_close():
-    """(What a killed build leaves is swept by the next: tests/test_scratch.py, for every engine.)"""
+    """(What a killed build leaves is swept by the next: tests/common/test_scratch.py, for every engine.)"""
     import os
 
     searcher = QdrantSearcher.build(dyadic(10, 20, 0.3, seed=9))

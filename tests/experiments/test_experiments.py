@@ -10,40 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from collection_files import write_beir
 from spladekit.common.errors import InputError
 from spladekit.experiments.report import build_report
 from spladekit.experiments.sweep import run_sweep
 from spladekit.experiments.sweep_config import Cell, load_sweep, plan
 from spladekit.experiments.sweep_cost import dry_run
 from tiny_models import build_tiny_model
-from train_helpers import write_triplets
-
-
-def write_sweep(tmp_path: Path, **changes) -> Path:
-    bert = build_tiny_model("bert", tmp_path / "bert")
-    roberta = build_tiny_model("roberta", tmp_path / "roberta")
-    values = {
-        "name": "tiny",
-        "recipe": {
-            "data": {
-                "path": str(write_triplets(tmp_path / "triplets.tsv")),
-                "query_max_length": 12,
-                "doc_max_length": 16,
-            },
-            "optimization": {"steps": 3, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1},
-            "regularizer": {"lambda_q": 1e-3, "lambda_d": 1e-3, "warmup_steps": 2},
-            "logging": {"every": 1, "checkpoint_every": 2, "progress": False, "plots": False},
-        },
-        "backbones": [{"name": "bert", "id": str(bert)}, {"name": "roberta-x8", "id": str(roberta), "inflate": 8}],
-        "k": [1, 8],
-        "modes": ["tied"],
-        "evaluation": {"data": [str(write_beir(tmp_path / "collection"))], "max_length": 32},
-    }
-    values.update(changes)
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return path
+from train_helpers import write_sweep
 
 
 @pytest.mark.slow
@@ -307,7 +280,7 @@ def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
 
 
 def test_paper_config_dry_run_passes_offline(cli):
-    config = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "paper.yaml"
     result = cli("sweep", config, "--output", "unused", "--dry-run", "--json")
     assert result.returncode == 0, result.stderr
     plan_ = json.loads(result.stdout)

@@ -392,7 +392,7 @@ def test_quickstart_offline_and_not_cached_is_one_line(offline_caches, tmp_path)
     assert not out.exists()
 
 
-DEMO_MAX_LENGTH = int(re.search(r"--doc-max-length (\d+)", (Path(__file__).parents[1] / "Makefile").read_text())[1])
+DEMO_MAX_LENGTH = int(re.search(r"--doc-max-length (\d+)", (Path(__file__).parents[2] / "Makefile").read_text())[1])
 
 
 @pytest.mark.slow
@@ -401,7 +401,7 @@ def test_demo_in_a_clone_without_shared_uses_the_public_defaults(offline_caches,
     """`make demo` in a copy of the repository with no `shared` folder beside it: the public default ids,
     resolved from the prepared caches. The copy holds what a clone of this working tree would (tracked
     and untracked, not ignored files); the project's venv stands in for the one `make install` builds."""
-    repository = Path(__file__).resolve().parents[1]
+    repository = Path(__file__).resolve().parents[2]
     clone = tmp_path / "spladekit"
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],

@@ -17,7 +17,7 @@ from spladekit.vectors.artifact import Vectors
 from spladekit.vectors.encoding import ShardSelection, parse_shard
 from spladekit.vectors.shards import MANIFEST, shard_folder
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 DOCS = [f"text {i} " + "paris vaccine river python light " * (i % 4 + 1) for i in range(10)]
 
 # Runs `spladekit encode` with the sealing of shard 1 held up (sleeping inside its staging folder, after its
