@@ -116,7 +116,8 @@ def test_estimate_on_a_tiny_model_writes_nothing(tmp_path, tiny_model_dirs, monk
     assert set(Path(tempfile.gettempdir()).glob("spladekit-dry-run-*")) == scratch_before
     (row,) = estimate["members"]
     assert row["estimated"] and (row["documents"], row["queries"]) == (len(DOCS), len(QRELS))
-    assert all(row[key] >= 0 for key in ("encode_docs_seconds", "index_seconds", "search_seconds"))  # rounded to 0.1 s
+    parts = ("encode_docs_seconds", "encode_queries_seconds", "index_seconds", "search_seconds")
+    assert row["total_seconds"] == pytest.approx(sum(row[key] for key in parts), abs=0.25)  # each rounded to 0.1 s
     assert row["vectors_bytes"] > 0 and row["index_bytes"] > 0
     assert estimate["total"]["documents"] == len(DOCS) and estimate["estimate_covers"] == "1/1"
     assert "first 4 documents" in row["sample"] and "beir" in estimate_table(estimate)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from spladekit.common.errors import InputError
+from spladekit.experiments import sweep_cost
 from spladekit.experiments.report import build_report
 from spladekit.experiments.sweep import run_sweep
 from spladekit.experiments.sweep_config import Cell, load_sweep, plan
@@ -275,8 +276,21 @@ def test_dry_run_reports_missing_data_and_unreachable_hub(tmp_path):
     assert any("missing-collection" in problem for problem in result["problems"])
     checks = {row["backbone"]: row["backbone_check"] for row in result["runs"]}
     assert checks["bert"].startswith("not checked") and checks["roberta-x8"] == "ok"
-    estimated = [row["estimated_train_seconds"] for row in result["runs"] if row["backbone"] == "roberta-x8"]
-    assert all(seconds is not None and seconds >= 0 for seconds in estimated)
+    assert [row["estimated_train_seconds"] for row in result["runs"] if row["backbone"] == "bert"] == [None, None]
+
+
+def test_dry_run_estimate_is_proportional_to_the_steps(tmp_path, monkeypatch):
+    """The estimate is steps × a step's FLOPs ÷ the machine's speed: pinning the speed at a tiny value (so the
+    seconds are large and rounding does not matter), twice the steps is twice the estimate."""
+    monkeypatch.setattr(sweep_cost, "_machine_flops_per_second", lambda: 4.0)
+    estimates = []
+    for steps in (3, 6):
+        sweep = load_sweep(write_sweep(tmp_path / str(steps)))
+        sweep.recipe["optimization"]["steps"] = steps
+        runs = dry_run(sweep)["runs"]
+        estimates.append([row["estimated_train_seconds"] for row in runs])
+    assert all(seconds > 1e6 for seconds in estimates[0])
+    assert [2 * seconds for seconds in estimates[0]] == pytest.approx(estimates[1], rel=1e-9)
 
 
 def test_paper_config_dry_run_passes_offline(cli):
