@@ -93,7 +93,21 @@ LAYERS: list[tuple[str, list[str]]] = [
         "evaluation",
         ["run", "searching", "result", "bm25", "evaluate", "fidelity", "tuning", "cost", "baselines", "explain"],
     ),
-    ("training", ["config", "losses", "regularizers", "monitors", "checkpoint", "setup", "step", "loop", "mining"]),
+    (
+        "training",
+        [
+            "config",
+            "losses",
+            "regularizers",
+            "monitors",
+            "periodic_evaluation",
+            "checkpoint",
+            "setup",
+            "step",
+            "loop",
+            "mining",
+        ],
+    ),
     ("export", ["feature_names", "search_engine", "ciff", "qdrant_collection", "sentence_transformers_folder"]),
     (
         "experiments",

@@ -404,6 +404,18 @@ def evaluate_resolved(
     return evaluate_one(collection, run_file(run_dir, collection))
 
 
+def evaluate_loaded(
+    encoder: RetrievalModel, data: str | Path, collections: list[Collection], **options: Any
+) -> EvaluationResult:
+    """:func:`evaluate_data` on collections already read by :func:`resolve_collections` (training reads its
+    evaluation data once): a suite's mean with its members, or the one collection's result; no run files."""
+    evaluate_one = model_evaluation(encoder, options)
+    if str(data) in SUITES:
+        return suite_result(evaluate_one, collections, str(data))
+    (collection,) = collections
+    return evaluate_one(collection, None)
+
+
 def resolve_collections(
     data: str | Path, split: str = "test", data_root: str | Path | None = None
 ) -> Iterable[Collection]:

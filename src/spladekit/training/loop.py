@@ -51,7 +51,6 @@ from spladekit.common.atomic import InPlace, open_in_place
 from spladekit.common.errors import SpladekitError
 from spladekit.common.lines import error_reason
 from spladekit.data.training import TrainingSet, load_training_set
-from spladekit.evaluation.evaluate import evaluate_data
 from spladekit.evaluation.result import EvaluationResult
 from spladekit.model.backbone import remote_code_hint
 from spladekit.model.diagnosis import HeadReport
@@ -62,7 +61,8 @@ from spladekit.model.loading import RetrievalModel, load_model
 from spladekit.model.rescaling import RescaleRecord
 from spladekit.training.checkpoint import checkpoints, load_training_state, save_checkpoint
 from spladekit.training.config import RegularizerConfig, TrainConfig, load_config, validate
-from spladekit.training.monitors import EVALUATION_FILE, CollapseDetector, MetricsLog, read_metrics, write_plots
+from spladekit.training.monitors import CollapseDetector, MetricsLog, read_metrics, write_plots
+from spladekit.training.periodic_evaluation import PeriodicEvaluation
 from spladekit.training.regularizers import lambda_at
 from spladekit.training.setup import (
     CONFIG_FILE,
@@ -153,7 +153,7 @@ class Training:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     start: int
     metrics: MetricsLog | None
-    evaluations: MetricsLog | None
+    evaluation: PeriodicEvaluation | None
     collapse: CollapseDetector
     progress: tqdm
     parameters: list[torch.nn.Parameter]  # the trainable ones, listed once
@@ -162,7 +162,7 @@ class Training:
 
     def close(self) -> None:
         self.progress.close()
-        for log in (self.evaluations, self.metrics):
+        for log in (None if self.evaluation is None else self.evaluation.log, self.metrics):
             if log is not None:
                 log.close()
         if self.metrics is not None and self.config.logging.plots:
@@ -312,7 +312,7 @@ def start(
         scheduler,
         first,
         metrics=MetricsLog(output, resume_step=first) if processes.main else None,
-        evaluations=MetricsLog(output, first, EVALUATION_FILE) if evaluated else None,
+        evaluation=PeriodicEvaluation.load(config, output, first) if evaluated else None,
         collapse=collapse,
         progress=tqdm(
             total=opt.steps, initial=first, desc="training", unit="step", disable=not (processes.main and log.progress)
@@ -420,9 +420,8 @@ def periodic_work(run: Training, step: int) -> None:
             with written(run.output, f"the checkpoint of step {step}"):
                 save_checkpoint(run.output, step, run.encoder, run.optimizer, run.scheduler, log.keep_checkpoints)
         distributed.barrier(run.processes)
-    every = run.config.evaluation.every
-    if run.evaluations is not None and (step == steps or (every and step % every == 0)):
-        run.last_evaluation = run_evaluation(run.encoder, run.config, step, run.evaluations)
+    if run.evaluation is not None and run.evaluation.due(step, steps):
+        run.last_evaluation = run.evaluation.run(run.encoder, step)
 
 
 def finish(run: Training) -> None:
@@ -494,28 +493,3 @@ def _last_good(output: Path) -> str:
     """Where to restart from: the newest checkpoint (checkpoints are verified finite when written)."""
     last = checkpoints(output)
     return f"Last good checkpoint: {last[-1] if last else 'none (no checkpoint written yet)'}"
-
-
-def run_evaluation(encoder: RetrievalModel, config: TrainConfig, step: int, log: MetricsLog) -> EvaluationResult:
-    """Evaluate the model as it is now with :func:`spladekit.evaluation.evaluate.evaluate_data`, log it and return
-    it."""
-    setting = config.evaluation
-    assert setting.data is not None  # called only when evaluation.data is set
-    result = evaluate_data(
-        encoder,
-        setting.data,
-        split=setting.split,
-        batch_size=setting.batch_size,
-        max_length=setting.max_length or config.data.doc_max_length,
-        max_active_dims=setting.max_active_dims,
-        cache=False,
-        show_progress=False,
-    )
-    log.write({"step": step, **result.to_dict()})
-    logger.info(
-        "step %d: evaluation on %s: %s",
-        step,
-        setting.data,
-        ", ".join(f"{measure} {value:.4f}" for measure, value in result.metrics.items()),
-    )
-    return result
