@@ -57,6 +57,7 @@ from spladekit.model.encoder import SparseEncoder
 from spladekit.model.loading import load_model
 from spladekit.model.rescaling import RescaleRecord, resolve_rescale
 from spladekit.training import TrainConfig, load_config, train
+from spladekit.training.config import validate
 from spladekit.training.loop import recipe
 from spladekit.training.mining import find_or_mine
 from spladekit.training.monitors import write_comparison_plot
@@ -79,24 +80,29 @@ STAGES = 5
 SUMMARY_KEYS = ("flops", "avg_q_nnz", "avg_d_nnz")
 
 
-def training_overrides(
-    backbone: str, triplets: Path, steps: int, trust_remote_code: bool, progress: bool = False
-) -> list[str]:
-    """``--set`` assignments for a short run: auto k and mode, warm-ups scaled to the number of steps."""
-    warmup = max(1, steps // 10)
-    return [
-        f"backbone.id={json.dumps(str(backbone))}",
-        f"backbone.trust_remote_code={str(trust_remote_code).lower()}",
-        "rescale.k=auto",
-        "rescale.mode=auto",
-        f"data.path={json.dumps(str(triplets))}",
-        f"optimization.steps={steps}",
-        f"optimization.warmup_steps={warmup}",
-        f"regularizer.warmup_steps={max(1, steps // 2)}",
-        f"logging.every={max(1, min(10, steps // 5))}",
-        f"logging.checkpoint_every={steps}",
-        f"logging.progress={str(progress).lower()}",
-    ]
+def short_run(
+    base: TrainConfig,
+    backbone: str,
+    triplets: Path,
+    steps: int,
+    trust_remote_code: bool,
+    progress: bool = False,
+    source: str | None = None,
+) -> TrainConfig:
+    """``base`` (read from ``source``, or the defaults) made a short run of ``backbone`` on ``triplets``: auto k and
+    mode, warm-ups scaled to the number of steps, then checked against the schema's ranges."""
+    replace = dataclasses.replace
+    config = replace(
+        base,
+        backbone=replace(base.backbone, id=str(backbone), trust_remote_code=trust_remote_code),
+        rescale=replace(base.rescale, k="auto", mode="auto"),
+        data=replace(base.data, path=str(triplets)),
+        optimization=replace(base.optimization, steps=steps, warmup_steps=max(1, steps // 10)),
+        regularizer=replace(base.regularizer, warmup_steps=max(1, steps // 2)),
+        logging=replace(base.logging, every=max(1, min(10, steps // 5)), checkpoint_every=steps, progress=progress),
+    )
+    validate(config, source)
+    return config
 
 
 def _row(label: str, result: EvaluationResult) -> str:
@@ -209,8 +215,14 @@ def quickstart(
     eval_data = eval_data or data or defaults[2]
     data = data or defaults[1]
     # checked before any work; data.path is set once the triplets are found or mined
-    settings = load_config(
-        config, training_overrides(backbone, Path(triplets or TRIPLETS_FILE), steps, trust_remote_code, show_progress)
+    settings = short_run(
+        load_config(config, partial=True),
+        backbone,
+        Path(triplets or TRIPLETS_FILE),
+        steps,
+        trust_remote_code,
+        show_progress,
+        None if config is None else str(config),
     )
     output = Path(output)
     with open_output(output, folder=True, overwrite=overwrite) as opened:

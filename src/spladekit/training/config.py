@@ -242,8 +242,10 @@ def read_yaml(path: Path, what: str = "file") -> Any:
         ) from None
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read ``path`` (YAML), apply ``--set`` overrides, check everything against the schema."""
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), partial: bool = False) -> TrainConfig:
+    """Read ``path`` (YAML), apply ``--set`` overrides, check everything against the schema. ``partial``: a base
+    that the caller completes (quickstart sets the backbone and the data) and then checks with :func:`validate`:
+    the keys and types are checked now, the required values and ranges then."""
     values: dict = {}
     source = None
     if path is not None:
@@ -259,6 +261,8 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Train
             )
     for assignment in overrides:
         apply_override(values, assignment)
+    if partial:
+        return build_dataclass(TrainConfig, values, "", source)
     return config_from_dict(values, source)
 
 
