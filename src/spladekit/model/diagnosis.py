@@ -257,7 +257,8 @@ def step0_warnings(report: HeadReport, embeddings_warned: bool = False) -> list[
         warnings.append(
             f"initial median pair score {score:.1f} is {score / REFERENCE_PAIR_SCORE:.1f}× a healthy SPLADE "
             f"model's ({REFERENCE_PAIR_SCORE:g}): the ranking loss will saturate; rescale.k=auto would "
-            f"pick k = {report.recommended_k:g}"
+            f"pick k = {report.recommended_k:g} (with rescale.lr_scale: the best-trained fix of "
+            "docs/results/head-fixes.md)"
         )
     ratio = report.word_position_ratio
     if ratio is not None and ratio < 1 and not embeddings_warned:
@@ -309,7 +310,9 @@ def collapse_verdict(mean_cosine: float, active_dimensions: float, vocab_size: i
 def collapse_advice(report: HeadReport) -> str:
     """Which head options act on what the collapse check found, as far as the evidence goes (docs/diagnosis.md,
     "Collapse before training"): what each does to the *untrained* vectors is measured; which one then trains
-    best is not yet."""
+    best from a collapsed start is not. The one training comparison (docs/results/head-fixes.md) is of a
+    high-norm head that was *not* collapsed: there rescaling with ``rescale.lr_scale`` trained best and a logit
+    shift matched to its score worst."""
     if report.collapse is None:
         return ""
     if report.collapse.startswith("collapsed before training: no text"):
@@ -320,5 +323,7 @@ def collapse_advice(report: HeadReport) -> str:
     return (
         "head.position_top_k caps the terms each token keeps and made such vectors sparse and distinct before "
         "training; head.logit_shift works only within the logits' range; rescaling (k) lowers the scores but "
-        "keeps this shape; which of them trains best is not measured yet (docs/diagnosis.md)"
+        "keeps this shape; which of them trains best from a collapsed start is not measured (on a high-norm head "
+        "that was not collapsed, rescaling with rescale.lr_scale trained best and a matched logit shift worst: "
+        "docs/results/head-fixes.md)"
     )
