@@ -42,6 +42,7 @@ from spladekit.experiments.sweep_config import (
     BackboneSpec,
     Cell,
     SweepConfig,
+    SweepEvaluation,
     baseline_plan,
     check_only,
     load_sweep,  # noqa: F401  (also imported from here by registered scripts: docs/results/*/untrained.py)
@@ -60,7 +61,7 @@ from spladekit.experiments.sweep_records import (
 from spladekit.model.backbone import remote_code_hint
 from spladekit.model.diagnosis import diagnose
 from spladekit.model.encoder import SparseEncoder
-from spladekit.model.loading import load_model
+from spladekit.model.loading import RetrievalModel, load_model
 from spladekit.training.checkpoint import checkpoints
 from spladekit.training.config import config_from_dict
 from spladekit.training.loop import train
@@ -112,7 +113,14 @@ def evaluate_model(
     """A model (folder or hub id) on every evaluation dataset or suite of the sweep, keyed by its name, encoded
     on ``device`` (:func:`spladekit.common.devices.resolve_device`; the cell's training device)."""
     encoder = load_model(model, trust_remote_code=trust_remote_code, device=device)  # either kind (model.kind)
-    evaluation = sweep.evaluation
+    return evaluate_encoder(encoder, sweep.evaluation)
+
+
+def evaluate_encoder(
+    encoder: RetrievalModel, evaluation: SweepEvaluation, cache: bool = True
+) -> dict[str, EvaluationResult]:
+    """A model in memory on every evaluation dataset or suite of a sweep's ``evaluation``, keyed by its name (what
+    each cell's trained model gets; the results pages' ``untrained.py`` scripts evaluate starting points with it)."""
     results = {}
     for data in evaluation.data:
         result = evaluate_data(
@@ -122,6 +130,7 @@ def evaluate_model(
             data_root=evaluation.data_root,
             max_length=evaluation.max_length,
             batch_size=evaluation.batch_size,
+            cache=cache,
             show_progress=False,
         )
         results[result.name] = result
