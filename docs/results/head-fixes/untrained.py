@@ -19,9 +19,9 @@ import json
 import sys
 from pathlib import Path
 
-from spladekit import SparseEncoder, apply_rescale, evaluate_data
+from spladekit import SparseEncoder, apply_rescale
 from spladekit.experiments.inflate import inflate
-from spladekit.experiments.sweep import load_sweep
+from spladekit.experiments.sweep import evaluate_encoder, load_sweep
 from spladekit.model.head_options import HeadOptions
 from spladekit.model.rescaling import RescaleRecord
 
@@ -48,18 +48,8 @@ def main(sweep_file: str, output: str) -> None:
         inflate(encoder.model, 8.0, "transform")
         if k != 1.0:
             apply_rescale(encoder, RescaleRecord(k, mode))
-        scores = {}
-        for data in evaluation.data:
-            result = evaluate_data(
-                encoder,
-                data,
-                split=evaluation.split,
-                max_length=evaluation.max_length,
-                batch_size=evaluation.batch_size,
-                cache=False,
-                show_progress=False,
-            )
-            scores[result.name] = result.metrics["nDCG@10"]
+        evaluated = evaluate_encoder(encoder, evaluation, cache=False)
+        scores = {name: result.metrics["nDCG@10"] for name, result in evaluated.items()}
         results[name] = {**scores, "mean": sum(scores.values()) / len(scores)}
         print(name, json.dumps(results[name]), flush=True)
         Path(output).write_text(json.dumps(results, indent=2) + "\n")
