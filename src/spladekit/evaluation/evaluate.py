@@ -398,9 +398,17 @@ def evaluate_resolved(
     run_dir: str | Path | None = None,
 ) -> EvaluationResult:
     """``evaluate_one`` on ``data``: a suite's collections (and their mean), or one collection."""
+    return evaluate_collections(evaluate_one, data, resolve_collections(data, split, data_root), run_dir)
+
+
+def evaluate_collections(
+    evaluate_one: EvaluateOne, data: str | Path, collections: Iterable[Collection], run_dir: str | Path | None = None
+) -> EvaluationResult:
+    """``evaluate_one`` on the collections ``data`` names (:func:`resolve_collections`): a suite's mean with its
+    members, or the one collection's result."""
     if str(data) in SUITES:
-        return suite_result(evaluate_one, resolve_collections(data, split, data_root), str(data), run_dir)
-    collection = load_collection(data, split)
+        return suite_result(evaluate_one, collections, str(data), run_dir)
+    (collection,) = collections
     return evaluate_one(collection, run_file(run_dir, collection))
 
 
@@ -409,11 +417,7 @@ def evaluate_loaded(
 ) -> EvaluationResult:
     """:func:`evaluate_data` on collections already read by :func:`resolve_collections` (training reads its
     evaluation data once): a suite's mean with its members, or the one collection's result; no run files."""
-    evaluate_one = model_evaluation(encoder, options)
-    if str(data) in SUITES:
-        return suite_result(evaluate_one, collections, str(data))
-    (collection,) = collections
-    return evaluate_one(collection, None)
+    return evaluate_collections(model_evaluation(encoder, options), data, collections)
 
 
 def resolve_collections(
