@@ -11,6 +11,10 @@ documents of each collection are compared with fp32's (top-10 overlap, largest |
     python docs/results/precision-parity/run.py --output docs/results/precision-parity/results.json
 
 Smoke run (checks the script, proves nothing): ``--collections cranfield --limit-queries 20 --limit-docs 200``.
+
+The GPU run of PREDICTIONS.md's "On a GPU" section (bf16 autocast on CUDA against fp32 on CUDA):
+
+    python docs/results/precision-parity/run.py --device cuda --precisions bf16 --output results-gpu.json
 """
 
 from __future__ import annotations
@@ -92,6 +96,9 @@ def machine() -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "native_bf16": native_bf16(torch.device("cpu")),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_native_bf16": native_bf16(torch.device("cuda")) if torch.cuda.is_available() else None,
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "commit": commit,
     }
 
@@ -132,6 +139,7 @@ def main() -> None:
     parser.add_argument("--agreement-docs", type=int, default=256)
     parser.add_argument("--limit-queries", type=int, help="smoke run only: the first N judged queries")
     parser.add_argument("--limit-docs", type=int, help="smoke run only: N documents (the judged ones first)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU section (int8 runs on the CPU only)")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
 
@@ -144,7 +152,7 @@ def main() -> None:
     precisions = ["fp32"] + [p.strip() for p in args.precisions.split(",") if p.strip() and p.strip() != "fp32"]
     smoke = args.limit_queries is not None or args.limit_docs is not None
     try:
-        encoders = {p: load_model(args.model, device="cpu", precision=p) for p in precisions}
+        encoders = {p: load_model(args.model, device=args.device, precision=p) for p in precisions}
         loaded = {name: load_collection(args.data_root / name) for name in collections}
     except SpladekitError as error:
         raise SystemExit(f"run.py: {error}") from None
@@ -155,6 +163,7 @@ def main() -> None:
         "alpha": ALPHA,
         "measure": MEASURE,
         "model": str(args.model),
+        "device": args.device,
         "machine": machine(),
         "collections": {},
         "per_query": {p: {} for p in precisions},
