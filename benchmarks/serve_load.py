@@ -15,10 +15,13 @@ Then an **overload** run against spladekit serve with ``--max-concurrent-request
 clients (320) sending back to back: the statuses (429s expected, no 5xx), and the server's resident memory sampled
 through the run (before / peak / after).
 
-Every level is bounded twice: ``--seconds`` of wall time and ``--max-requests`` requests. The client and the
-servers share this machine's cores, and other jobs may be running: the numbers are this run's, on this machine.
+Every level is bounded twice: ``--seconds`` of wall time and ``--max-requests`` requests. By default the client and
+the servers share this machine's cores. ``--server-cpus`` and ``--client-cpus`` pin them apart (Linux CPU affinity):
+the servers and the in-process ceiling on the first set, the load generator on the second, so that a machine with
+spare cores measures the server alone, as if the load came from another machine.
 
     python benchmarks/serve_load.py --models tiny,base --output docs/results/serve-load.json
+    python benchmarks/serve_load.py --server-cpus 0,1 --client-cpus 2-7 --output serve-load-pinned.json
 
 Speed is measured here, never asserted in tests.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -36,6 +40,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +111,13 @@ def base_model(folder: Path) -> Path:
     return folder
 
 
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -113,13 +125,43 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def cpu_set(text: str | None) -> set[int] | None:
+    """``0,1`` or ``2-7`` (or both, comma-separated) as a set of CPU numbers; None for no pinning."""
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+SERVER_CPUS: set[int] | None = None  # where servers run (set by main from --server-cpus)
+CLIENT_CPUS: set[int] | None = None  # where the load generator runs (--client-cpus)
+
+
+@contextlib.contextmanager
+def as_client() -> Iterator[None]:
+    """Run the block (a load) on ``CLIENT_CPUS`` when set: this thread's affinity, and that of threads it starts."""
+    if CLIENT_CPUS is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, CLIENT_CPUS)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def start(command: list[str], port: int, seconds: float = 300) -> subprocess.Popen:
-    """Start a server (its output in a temporary log file: a pipe nobody reads would fill and stall it) and wait
-    until its /health answers."""
+    """Start a server (its output in a temporary log file: a pipe nobody reads would fill and stall it) on
+    ``SERVER_CPUS`` when set, and wait until its /health answers."""
     import httpx
 
     log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (open as long as the server runs)
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+    pin = None if SERVER_CPUS is None else (lambda: os.sched_setaffinity(0, SERVER_CPUS))
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, preexec_fn=pin)
     deadline = time.monotonic() + seconds
     while True:
         if process.poll() is not None or time.monotonic() > deadline:
@@ -212,9 +254,14 @@ async def load(url: str, texts: list[str], clients: int, seconds: float, max_req
     } | percentiles(latencies)
 
 
+def run_load(url: str, texts: list[str], clients: int, seconds: float, max_requests: int) -> dict:
+    with as_client():
+        return asyncio.run(load(url, texts, clients, seconds, max_requests))
+
+
 def load_levels(url: str, texts: list[str], levels: list[int], seconds: float, max_requests: int) -> dict:
-    asyncio.run(load(url, texts[:64], 4, 3, 64))  # warm-up
-    return {str(clients): asyncio.run(load(url, texts, clients, seconds, max_requests)) for clients in levels}
+    run_load(url, texts[:64], 4, 3, 64)  # warm-up
+    return {str(clients): run_load(url, texts, clients, seconds, max_requests) for clients in levels}
 
 
 def overload(model_path: str, texts: list[str], seconds: float, max_requests: int, pooling: str) -> dict:
@@ -232,15 +279,15 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
 
     try:
         url = f"http://127.0.0.1:{port}"
-        asyncio.run(load(url, texts[:64], 4, 3, 64))
+        run_load(url, texts[:64], 4, 3, 64)
         before = rss_mib(process.pid)
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        result = asyncio.run(load(url, texts, 320, seconds, max_requests))
+        result = run_load(url, texts, 320, seconds, max_requests)
         running = False
         sampler.join()
         after_load = rss_mib(process.pid)
-        calm = asyncio.run(load(url, texts, 1, 3, 50))  # it still answers afterwards
+        calm = run_load(url, texts, 1, 3, 50)  # it still answers afterwards
     finally:
         running = False
         stop(process)
@@ -321,6 +368,8 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=2000, help="MS MARCO dev queries cycled through")
     parser.add_argument("--pooling", default="auto", help="the served model's head (spladekit serve --pooling)")
     parser.add_argument("--no-overload", action="store_true", help="skip the overload run")
+    parser.add_argument("--server-cpus", help="pin the servers and the in-process ceiling to these CPUs (0,1 or 0-1)")
+    parser.add_argument("--client-cpus", help="pin the load generator to these CPUs")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     parser.add_argument("--plain-server", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -329,6 +378,10 @@ def main() -> None:
         plain_server(args.plain_server, args.port)
         return
 
+    global SERVER_CPUS, CLIENT_CPUS
+    SERVER_CPUS, CLIENT_CPUS = cpu_set(args.server_cpus), cpu_set(args.client_cpus)
+    if SERVER_CPUS is not None:  # before torch loads: its thread count follows this process's affinity
+        os.sched_setaffinity(0, SERVER_CPUS)
     texts = read_queries(args.queries)
     results = []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as scratch:
@@ -341,7 +394,13 @@ def main() -> None:
                 raise SystemExit(f"unknown model {name!r}: tiny or base")
             results.append(run_model(name, path, texts, args))
         report: dict = {
-            "machine": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "cpu": cpu_model(),
+                "server_cpus": sorted(SERVER_CPUS) if SERVER_CPUS else "all",
+                "client_cpus": sorted(CLIENT_CPUS) if CLIENT_CPUS else "all",
+                "loadavg_at_start": os.getloadavg(),
+            },
             "settings": vars(args) | {"output": str(args.output)},
             "results": results,
         }

@@ -223,7 +223,7 @@ def test_bf16_screen_gives_exact_values_and_gradients():
 @pytest.mark.parametrize("pays", [False, True])
 def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
     """auto is fused, screened in bf16 where bf16_screen_pays says so: the same values and gradients either way."""
-    monkeypatch.setattr(pooling_module, "bf16_screen_pays", lambda device: pays)
+    monkeypatch.setattr(pooling_module, "bf16_screen_pays", lambda device, positions: pays)
     screens = []
     fused = pooling_module.splade_max_pool_fused
     monkeypatch.setattr(
@@ -261,6 +261,28 @@ def test_the_bf16_screen_pays_on_cpus_with_native_bf16_only(device, avx512_bf16,
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert bf16_screen_pays(torch.device(device)) is pays
+
+
+def test_the_bf16_screen_is_skipped_for_a_few_token_positions(monkeypatch):
+    """A single short query (fewer positions than SCREEN_MIN_POSITIONS) runs the fp32 head even on a native-bf16
+    CPU: the screen's fixed cost is larger than what it saves there."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    limit = pooling_module.SCREEN_MIN_POSITIONS
+    assert not bf16_screen_pays(torch.device("cpu"), limit - 1)
+    assert bf16_screen_pays(torch.device("cpu"), limit)
+    screens = []
+    fused = pooling_module.splade_max_pool_fused
+    monkeypatch.setattr(
+        pooling_module,
+        "splade_max_pool_fused",
+        lambda *args, search_dtype=None, **options: (
+            screens.append(search_dtype) or fused(*args, search_dtype=search_dtype, **options)
+        ),
+    )
+    for batch, length in ((2, limit // 2 - 1), (2, limit // 2)):
+        hidden, weight, bias, mask = random_inputs(batch=batch, length=length, width=32, vocab=300, dtype=torch.float32)
+        splade_max_pool_auto(hidden, weight, bias, mask)
+    assert screens == [None, torch.bfloat16]
 
 
 def fp32_naive_reference(hidden, weight, bias, mask, grad_output):

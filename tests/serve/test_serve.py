@@ -545,6 +545,35 @@ def test_the_batcher_gathers_jobs_submitted_together(served):
     assert [job.future.result().toarray()[0, 0] for job in jobs] == [1, 1, 1, 2]
 
 
+def test_a_pass_waits_for_the_clients_of_the_previous_one_and_one_client_never_waits():
+    """Clients answered together come back together: the next pass waits (up to half the previous pass's time) until
+    as many requests are queued as the previous pass answered, instead of starting with the first one back."""
+    calls: list[list[str]] = []
+
+    def encode(texts, side, direction):
+        calls.append(list(texts))
+        time.sleep(0.2)
+        return sp.csr_matrix(np.ones((len(texts), 1), dtype=np.float32))
+
+    async def scenario():
+        batcher = Batcher(encode, ServeSettings(batch_wait_ms=1000))
+        await batcher.start()
+        await asyncio.gather(*(batcher.submit([text], 1, "document") for text in "abc"))
+        back = []
+        for text in "def":  # the three clients come back one by one, 10 ms apart
+            back.append(asyncio.ensure_future(batcher.submit([text], 1, "document")))
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*back)
+        alone = await batcher.submit(["g"], 1, "document")  # one client: its pass answered one request
+        single = await batcher.submit(["h"], 1, "document")
+        await batcher.stop()
+        return alone, single
+
+    alone, single = asyncio.run(scenario())
+    assert calls == [["a", "b", "c"], ["d", "e", "f"], ["g"], ["h"]]
+    assert single.queue_s < 0.05  # not the 100 ms window: nobody else was expected
+
+
 def test_a_failing_model_answers_424_and_the_server_goes_on(served):
     model = copy.copy(served)
     failures = iter([RuntimeError("device lost")])
@@ -585,6 +614,33 @@ def test_the_command_refuses_before_loading_anything(bert_dir, tmp_path, cli, re
     assert lonely.returncode == 2 and "needs --index" in lonely.stderr
     missing = cli("serve", bert_dir, "--index", tmp_path / "nothing")
     assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
+
+
+def test_the_command_lets_openmp_threads_sleep_before_torch_loads(bert_dir):
+    """`spladekit serve` sets OMP_WAIT_POLICY=PASSIVE before torch is imported (OpenMP reads it once, at load), and
+    keeps a value the user set. A fresh interpreter: this one imported torch long ago."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import os, sys, uvicorn\n"
+        "def run(*args, **kwargs):\n"
+        "    print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "uvicorn.run = run\n"
+        "assert 'torch' not in sys.modules\n"
+        "from spladekit.cli import main\n"
+        f"sys.argv = ['spladekit', 'serve', {str(bert_dir)!r}, '--device', 'cpu']\n"
+        "main()\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    default = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True)
+    assert default.returncode == 0, default.stderr
+    assert default.stdout.split() == ["PASSIVE", "True"]  # set, then torch loaded the model
+    chosen = subprocess.run(
+        [sys.executable, "-c", probe], env=environment | {"OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True, text=True
+    )
+    assert chosen.stdout.split() == ["ACTIVE", "True"], chosen.stderr
 
 
 def test_the_command_refuses_an_index_of_another_vocabulary(bert_dir, tmp_path, cli, monkeypatch):

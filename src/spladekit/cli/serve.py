@@ -112,7 +112,9 @@ def serve(
     """Serve a SPLADE model over HTTP with text-embeddings-inference's API (POST /embed_sparse, /tokenize, GET
     /info, /health, /metrics), dynamic batching, POST /search with explanations when --index is given, and a
     search page at / (docs/serving.md)."""
-    from spladekit.serve.settings import ServeSettings, check_exposure
+    from spladekit.serve.settings import ServeSettings, check_exposure, prefer_sleeping_threads
+
+    prefer_sleeping_threads()  # first: before anything loads torch
 
     checked_device(device)
     precision = chosen_precision(precision, bf16)

@@ -167,20 +167,27 @@ def splade_max_pool_auto(
 ) -> torch.Tensor:
     """:func:`splade_max_pool_fused`, screened in bf16 (``search_dtype=torch.bfloat16``) where the screen pays
     (:func:`bf16_screen_pays`), else in full precision: the same vectors and gradients either way."""
-    search_dtype = torch.bfloat16 if bf16_screen_pays(hidden.device) else None
+    positions = hidden.shape[0] * hidden.shape[1]
+    search_dtype = torch.bfloat16 if bf16_screen_pays(hidden.device, positions) else None
     return splade_max_pool_fused(
         hidden, weight, bias, attention_mask, search_dtype=search_dtype, position_top_k=position_top_k
     )
 
 
-def bf16_screen_pays(device: torch.device) -> bool:
-    """Whether the bf16 screen is the faster head on ``device``: a CPU with native bf16 matmuls (AVX512-BF16 or AMX).
+SCREEN_MIN_POSITIONS = 64  # below this many (padded) token positions the screen costs more than it saves
 
-    The measurements behind the rule (native bf16 CPUs faster, AVX2-only CPUs and the H200 not) are in
-    docs/benchmarks.md, "On a CPU with native bf16"."""
+
+def bf16_screen_pays(device: torch.device, positions: int | None = None) -> bool:
+    """Whether the bf16 screen is the faster head on ``device`` for a batch of ``positions`` (padded) token positions:
+    a CPU with native bf16 matmuls (AVX512-BF16 or AMX), and at least :data:`SCREEN_MIN_POSITIONS` positions (a
+    single short query runs faster without it).
+
+    The measurements behind the rule (native bf16 CPUs faster, AVX2-only CPUs and the H200 not; the size threshold)
+    are in docs/benchmarks.md, "On a CPU with native bf16"."""
     from spladekit.common.devices import native_bf16  # the one probe of native bf16 (AVX512-BF16, AMX)
 
-    return device.type == "cpu" and native_bf16(device)
+    large_enough = positions is None or positions >= SCREEN_MIN_POSITIONS
+    return device.type == "cpu" and large_enough and native_bf16(device)
 
 
 def needs_grad(*tensors: torch.Tensor | None) -> bool:

@@ -52,6 +52,7 @@ from spladekit.serve.tei import (
 EXPLAINED_HITS = 20  # hits of a search whose document is re-encoded to explain its score
 EXPLAINED_TERMS = 20  # contributions shown per explained hit
 JSON_TYPES = ("application/json",)
+INLINE_CHARACTERS = 2000  # a request of string inputs up to this size is counted on the event loop, not in a thread
 
 T = TypeVar("T")
 
@@ -129,6 +130,8 @@ def pruned(vectors: sp.csr_matrix, top_k: int | None, threshold: float | None) -
     """Rows without zero weights, below ``threshold`` weights, and beyond the ``top_k`` heaviest."""
     from spladekit.common.sparse import keep_top_weights
 
+    if top_k is None and threshold is None and vectors.has_sorted_indices and vectors.data.all():
+        return vectors  # the model's rows as they are (no copy: the common request costs nothing here)
     vectors = sp.csr_matrix(vectors, dtype=np.float32, copy=True)
     if threshold is not None:
         vectors.data[vectors.data < threshold] = 0
@@ -200,10 +203,10 @@ class Server:
         return await asyncio.get_running_loop().run_in_executor(executor, function, *args)
 
     # ------------------------------------------------------------------ validation (tokenization thread)
-    def prepare(self, inputs: list, side: str, truncate: bool) -> tuple[list[str], list[int]]:
+    def prepare(self, inputs: list, side: str, truncate: bool, on_loop: bool = False) -> tuple[list[str], list[int]]:
         """TEI's per-input checks, in its order: empty → 400; above ``max_input_length × 250`` characters → 422
         unless truncating (then cut there); above the side's token limit → 422 unless truncating. Returns the
-        texts and their token counts (after truncation)."""
+        texts and their token counts (after truncation). ``on_loop``: counted by the event loop's tokenizer."""
         limit = self.model.limit(side)
         char_limit = limit * MAX_CHAR_MULTIPLIER
         texts = []
@@ -226,7 +229,7 @@ class Server:
                     )
                 item = item[:char_limit]
             texts.append(item)
-        counts = self.model.count(texts, side)
+        counts = self.model.count(texts, side, on_loop)
         for count in counts:
             self.metrics.input_length.observe(count)
             if count > limit and not truncate:
@@ -242,7 +245,10 @@ class Server:
         """Validate and tokenize ``inputs`` (tokenization thread), then encode them through the batcher; the job,
         the texts, their tokens and the tokenization seconds."""
         started = time.perf_counter()
-        texts, counts = await self.in_thread(self.tokenization, self.prepare, inputs, side, truncate)
+        if all(isinstance(item, str) for item in inputs) and sum(map(len, inputs)) <= INLINE_CHARACTERS:
+            texts, counts = self.prepare(inputs, side, truncate, on_loop=True)
+        else:
+            texts, counts = await self.in_thread(self.tokenization, self.prepare, inputs, side, truncate)
         tokenization_s = time.perf_counter() - started
         admission.arrived()
         job = await unless_gone(request, self.batcher.submit(texts, sum(counts), side, direction))

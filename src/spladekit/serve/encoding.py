@@ -2,10 +2,11 @@
 sentence-transformers ``Router`` folder; :func:`spladekit.model.loading.load_model`) or an exported ONNX folder
 (:class:`spladekit.model.onnx.OnnxEncoder`, onnxruntime).
 
-Two tokenizers, one per thread: the model's own, used only by the encoding thread (:meth:`ServedModel.encode`,
-which sets its truncation side per batch), and a copy for the request side (token counts, ``/tokenize``), used only
-by the tokenization thread: a Hugging Face fast tokenizer is not safe to call from two threads at once (its Rust
-state is borrowed mutably when truncation is set).
+Three tokenizers, one per thread: the model's own, used only by the encoding thread (:meth:`ServedModel.encode`,
+which sets its truncation side per batch), a copy for the request side (token counts, ``/tokenize``) used only by
+the tokenization thread, and a copy that counts the tokens of small requests on the event loop itself (a hop to a
+thread costs more than tokenizing a query): a Hugging Face fast tokenizer is not safe to call from two threads at
+once (its Rust state is borrowed mutably when truncation is set).
 
 Served vectors are the model's own: :meth:`ServedModel.encode` is ``model.encode_document`` (the same as
 ``model.encode``) or ``model.encode_query`` over the texts of one batch.
@@ -56,6 +57,7 @@ class ServedModel:
             self.inference_free_queries = self.kind == "inference-free"
         self.tokenizer = model.tokenizer  # the encoding thread's
         self.request_tokenizer = copy.deepcopy(model.tokenizer)  # the tokenization thread's
+        self.loop_tokenizer = copy.deepcopy(model.tokenizer)  # the event loop's (small requests' counts)
         self.vocab_size = int(model.vocab_size)
         self._tokens: list[str] | None = None
 
@@ -73,13 +75,13 @@ class ServedModel:
         return not (side == "query" and self.inference_free_queries)
 
     # ------------------------------------------------------------------ request side (tokenization thread)
-    def count(self, texts: Sequence[str], side: str) -> list[int]:
-        """Tokens of each text, untruncated, as ``side`` tokenizes it."""
+    def count(self, texts: Sequence[str], side: str, on_loop: bool = False) -> list[int]:
+        """Tokens of each text, untruncated, as ``side`` tokenizes it (``on_loop``: with the event loop's
+        tokenizer, else the tokenization thread's)."""
         if not texts:
             return []
-        encoded = self.request_tokenizer(
-            list(texts), add_special_tokens=self.special_tokens(side), truncation=False, verbose=False
-        )
+        tokenizer = self.loop_tokenizer if on_loop else self.request_tokenizer
+        encoded = tokenizer(list(texts), add_special_tokens=self.special_tokens(side), truncation=False, verbose=False)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def decode_ids(self, ids: Sequence[int]) -> str:

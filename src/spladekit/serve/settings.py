@@ -54,6 +54,19 @@ class ServeSettings:
             raise SpladekitError("the API key is empty")
 
 
+def prefer_sleeping_threads() -> bool:
+    """Let torch's OpenMP threads sleep between parallel regions instead of spinning (``OMP_WAIT_POLICY=PASSIVE``),
+    unless the user set the variable. A server's forward passes alternate with HTTP work on the same cores; spinning
+    threads take those cores from the event loop (docs/serving.md, "Measured"). OpenMP reads the variable once, when
+    torch loads, so this runs before anything imports torch; returns whether the policy is PASSIVE."""
+    import os
+    import sys
+
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+
+
 def is_loopback(host: str) -> bool:
     """Whether binding ``host`` exposes the server to this machine only."""
     import ipaddress
