@@ -383,7 +383,24 @@ def main() -> None:
     if SERVER_CPUS is not None:  # before torch loads: its thread count follows this process's affinity
         os.sched_setaffinity(0, SERVER_CPUS)
     texts = read_queries(args.queries)
-    results = []
+    results: list[dict] = []
+    report: dict = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu": cpu_model(),
+            "server_cpus": sorted(SERVER_CPUS) if SERVER_CPUS else "all",
+            "client_cpus": sorted(CLIENT_CPUS) if CLIENT_CPUS else "all",
+            "loadavg_at_start": os.getloadavg(),
+        },
+        "settings": vars(args) | {"output": str(args.output)},
+        "results": results,
+    }
+
+    def save() -> None:  # after every part: a run cut short keeps what it measured
+        report["machine"]["loadavg_at_end"] = os.getloadavg()
+        if args.output:
+            args.output.write_text(json.dumps(report, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="serve-load-") as scratch:
         for name in args.models.split(","):
             if name == "tiny":
@@ -393,28 +410,16 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown model {name!r}: tiny or base")
             results.append(run_model(name, path, texts, args))
-        report: dict = {
-            "machine": {
-                "cpus": os.cpu_count(),
-                "cpu": cpu_model(),
-                "server_cpus": sorted(SERVER_CPUS) if SERVER_CPUS else "all",
-                "client_cpus": sorted(CLIENT_CPUS) if CLIENT_CPUS else "all",
-                "loadavg_at_start": os.getloadavg(),
-            },
-            "settings": vars(args) | {"output": str(args.output)},
-            "results": results,
-        }
+            print(table(results[-1:]), flush=True)
+            save()
         if not args.no_overload:
             print("[tiny] overload: 320 clients, --max-concurrent-requests 32", flush=True)
             report["overload"] = overload(
                 str(SHARED / "models" / "splade-tiny-msmarco"), texts, args.seconds, args.max_requests * 4, args.pooling
             )
-    report["machine"]["loadavg_at_end"] = os.getloadavg()
+            print(json.dumps(report["overload"], indent=2))
+            save()
     print(table(results))
-    if "overload" in report:
-        print(json.dumps(report["overload"], indent=2))
-    if args.output:
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":
