@@ -220,15 +220,19 @@ def in_process(model_path: str, texts: list[str], sizes: list[int], seconds: flo
 async def load(url: str, texts: list[str], clients: int, seconds: float, max_requests: int) -> dict:
     import httpx
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     latencies: list[float] = []
     statuses: Counter = Counter()
     issued = 0
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=300) as client:
+    # one connection per client, each its own httpx client: one shared pool of 32 connections spent the load
+    # generator's core on the pool itself (a null model behind the server: 1,300 requests/s at 8 clients, 410 at 32)
+    async with contextlib.AsyncExitStack() as stack:
+        connections = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=url, timeout=300)) for _ in range(clients)
+        ]
         started = time.perf_counter()
         deadline = started + seconds
 
-        async def worker() -> None:
+        async def worker(client: httpx.AsyncClient) -> None:
             nonlocal issued
             while time.perf_counter() < deadline and issued < max_requests:
                 text = texts[issued % len(texts)]
@@ -243,7 +247,7 @@ async def load(url: str, texts: list[str], clients: int, seconds: float, max_req
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - sent)
 
-        await asyncio.gather(*(worker() for _ in range(clients)))
+        await asyncio.gather(*(worker(client) for client in connections))
         wall = time.perf_counter() - started
     return {
         "clients": clients,

@@ -616,33 +616,6 @@ def test_the_command_refuses_before_loading_anything(bert_dir, tmp_path, cli, re
     assert missing.returncode == 2 and missing.stderr.startswith("error: ") and missing.stderr.count("\n") == 1
 
 
-def test_the_command_lets_openmp_threads_sleep_before_torch_loads(bert_dir):
-    """`spladekit serve` sets OMP_WAIT_POLICY=PASSIVE before torch is imported (OpenMP reads it once, at load), and
-    keeps a value the user set. A fresh interpreter: this one imported torch long ago."""
-    import os
-    import subprocess
-    import sys
-
-    probe = (
-        "import os, sys, uvicorn\n"
-        "def run(*args, **kwargs):\n"
-        "    print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
-        "uvicorn.run = run\n"
-        "assert 'torch' not in sys.modules\n"
-        "from spladekit.cli import main\n"
-        f"sys.argv = ['spladekit', 'serve', {str(bert_dir)!r}, '--device', 'cpu']\n"
-        "main()\n"
-    )
-    environment = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-    default = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True)
-    assert default.returncode == 0, default.stderr
-    assert default.stdout.split() == ["PASSIVE", "True"]  # set, then torch loaded the model
-    chosen = subprocess.run(
-        [sys.executable, "-c", probe], env=environment | {"OMP_WAIT_POLICY": "ACTIVE"}, capture_output=True, text=True
-    )
-    assert chosen.stdout.split() == ["ACTIVE", "True"], chosen.stderr
-
-
 def test_the_command_refuses_an_index_of_another_vocabulary(bert_dir, tmp_path, cli, monkeypatch):
     other = build_index(sp.random(3, 50, density=0.3, format="csr", dtype=np.float32), "exact")
     other.doc_ids = ["a", "b", "c"]

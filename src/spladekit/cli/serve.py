@@ -82,10 +82,11 @@ def serve(
         None, min=1, help="Most inputs in one forward pass (default: only the token budget limits it)."
     ),
     batch_wait_ms: float = typer.Option(
-        2.0,
+        30.0,
         min=0.0,
-        help="How long a forward pass may wait for requests still being read or tokenized (none when nothing "
-        "is on the way).",
+        help="The longest a forward pass waits for requests on the way: still being read or tokenized, or the "
+        "clients the previous pass answered coming back (never longer than half that pass; one client never "
+        "waits). 0: start with whatever is queued, as TEI does.",
     ),
     payload_limit: int = typer.Option(
         2_000_000, min=1, help="Largest request body in bytes (larger: 413, before it is read)."
@@ -112,9 +113,7 @@ def serve(
     """Serve a SPLADE model over HTTP with text-embeddings-inference's API (POST /embed_sparse, /tokenize, GET
     /info, /health, /metrics), dynamic batching, POST /search with explanations when --index is given, and a
     search page at / (docs/serving.md)."""
-    from spladekit.serve.settings import ServeSettings, check_exposure, prefer_sleeping_threads
-
-    prefer_sleeping_threads()  # first: before anything loads torch
+    from spladekit.serve.settings import ServeSettings, check_exposure
 
     checked_device(device)
     precision = chosen_precision(precision, bf16)

@@ -11,11 +11,11 @@ jobs of one kind (side and truncation direction) up to ``max_batch_tokens`` toke
 than the budget runs alone) and ``max_batch_requests`` inputs. A job whose client went away (its future cancelled)
 is dropped before its forward pass.
 
-Waiting, where spladekit differs from TEI (which starts a pass with whatever is queued): a pass being formed waits,
-up to ``batch_wait_ms`` and never longer than half the previous pass took, while requests are still being read or
-tokenized, or while fewer requests are queued than the previous pass answered. Clients answered together tend to
-come back together; on a CPU, where a pass of 32 costs far less than four passes of 8, starting with the first
-one back splits them into small passes. One client never waits (its pass answered one request, and one is queued).
+Waiting, where spladekit differs from TEI (which starts a pass with whatever is queued): a pass being formed waits up
+to ``batch_wait_ms`` while admitted requests are still being read or tokenized, and, for no longer than half the
+previous pass took, while fewer requests are queued than the previous pass answered. Clients answered together come
+back together; on a CPU, where a pass of 32 costs far less than four passes of 8, starting with the first one back
+splits them into small passes for good. One client never waits (its pass answered one request, and one is queued).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class ServeSettings:
     max_concurrent_requests: int = 512  # inputs admitted (queued + encoding); more → 429 Model is overloaded
     max_batch_tokens: int = 16384  # tokens (after truncation) gathered into one forward pass
     max_batch_requests: int | None = None  # inputs in one forward pass (None: only the token budget counts)
-    batch_wait_ms: float = 2.0  # how long a batch waits for requests still being read/tokenized
+    batch_wait_ms: float = 30.0  # the longest a pass waits for requests on the way (batching.py says which)
     payload_limit: int = 2_000_000  # bytes of a request body
     auto_truncate: bool = True  # what a request without "truncate" gets (TEI's --auto-truncate)
     max_search_hits: int = 1000  # the largest k of POST /search
@@ -52,19 +52,6 @@ class ServeSettings:
             )
         if self.api_key is not None and not self.api_key.strip():
             raise SpladekitError("the API key is empty")
-
-
-def prefer_sleeping_threads() -> bool:
-    """Let torch's OpenMP threads sleep between parallel regions instead of spinning (``OMP_WAIT_POLICY=PASSIVE``),
-    unless the user set the variable. A server's forward passes alternate with HTTP work on the same cores; spinning
-    threads take those cores from the event loop (docs/serving.md, "Measured"). OpenMP reads the variable once, when
-    torch loads, so this runs before anything imports torch; returns whether the policy is PASSIVE."""
-    import os
-    import sys
-
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
 
 
 def is_loopback(host: str) -> bool:
