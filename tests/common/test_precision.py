@@ -51,11 +51,13 @@ def test_auto_is_fp32_on_every_cpu_native_bf16_or_not(avx512_bf16, amx, native, 
         assert resolve_precision(given, CPU) == given
 
 
-def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch):
+def test_auto_is_fp32_on_a_gpu_with_bf16_too(monkeypatch):
+    """The GPU half of the parity run (an H200) did not show bf16 within 0.002 on each collection either."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for supported, expected in ((True, "bf16"), (False, "fp32")):
+    for supported in (True, False):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
-        assert resolve_precision("auto", torch.device("cuda:0")) == expected
+        assert native_bf16(torch.device("cuda:0")) is supported
+        assert resolve_precision("auto", torch.device("cuda:0")) == "fp32"
 
 
 def test_bad_precisions_are_one_error_naming_the_choices():

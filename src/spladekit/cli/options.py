@@ -50,8 +50,8 @@ MEANINGS: dict[str, str] = {
     "proven rounding-error bound, fp32 recomputes the rest: the same non-zero set), triton (CUDA kernels) or "
     "naive (B x L x V logits; the reference).",
     "--precision": "The encoder's arithmetic: fp32 (default), bf16 (autocast; the weights stay fp32), int8 (the "
-    "backbone's linear layers quantized dynamically; CPU only, encoding only) or auto (bf16 on CUDA GPUs with bf16; "
-    "fp32 on CPUs, where bf16's parity with fp32 was not shown: docs/results/precision-parity). bf16 and int8 are not "
+    "backbone's linear layers quantized dynamically; CPU only, encoding only) or auto (fp32 on every device: bf16's "
+    "parity with fp32 was shown neither on a CPU nor on a GPU, docs/results/precision-parity). bf16 and int8 are not "
     "bit-identical to fp32; what ran is recorded with the vectors / result. Speed and parity: docs/benchmarks.md.",
     "--quantization-scale": "Weights become whole numbers round(w x SCALE); weights that round to 0 are dropped.",
     "--query-max-length": "Token limit for queries.",

@@ -117,7 +117,8 @@ class OptimizationConfig:
     precision: Literal["auto", "fp32", "bf16", "int8"] = declared(
         "fp32",
         "the forward's arithmetic: fp32, bf16 (autocast, the head's matmul in bf16 too; the weights and optimizer stay "
-        "fp32) or auto (bf16 on CUDA GPUs with bf16, fp32 on CPUs: spladekit.common.devices.auto_precision); int8 is "
+        "fp32) or auto (fp32 on every device until a precision passes the parity test: "
+        "spladekit.common.devices.auto_precision); int8 is "
         "for encoding only and refused here",
     )
     bf16: bool = declared(False, "deprecated spelling of precision: bf16 (still accepted)")
