@@ -106,24 +106,26 @@ def flops(vectors: torch.Tensor) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """One configuration of a tool: length groups (1 = one padded batch) or packing, activation checkpointing of
-    every ``every``-th layer (0: off), ``torch.compile`` of the backbone, and the head's pooling."""
+    every ``every``-th layer (0: off), ``torch.compile`` of the backbone, the head's pooling, and bf16 autocast of the
+    step and the encode pass."""
 
     groups: int = 1
     packing: bool = False
     every: int = 0
     compiled: bool = False
     pooling: str = "fused"
+    bf16: bool = False
 
 
-OPTIONS = "checkpointing[N], compile, triton, adaptive, bf16screen"
+OPTIONS = "checkpointing[N], compile, triton, adaptive, bf16screen, bf16"
 HEADS = {"triton": "triton", "adaptive": "fused-adaptive", "bf16screen": "fused-bf16"}  # options that pick the head
 
 
 def spladekit_layout(value: str) -> Layout:
     """A ``--length-groups`` value: ``N`` or ``packed``, then any of ``+checkpointing`` (every layer),
     ``+checkpointingN``, ``+compile``, ``+triton`` (the Triton head), ``+adaptive`` (pooling fused-adaptive) and
-    ``+bf16screen`` (pooling fused-bf16); anything else exits with one line. The head is ``fused`` otherwise (the fp32
-    baseline, not the library's default ``auto``)."""
+    ``+bf16screen`` (pooling fused-bf16), ``+bf16`` (bf16 autocast); anything else exits with one line. The head is
+    ``fused`` otherwise (the fp32 baseline, not the library's default ``auto``)."""
     layout, *extras = value.split("+")
     fields: dict = {"packing": True} if layout == "packed" else {}
     if not fields and not (layout.isdigit() and int(layout) >= 1):
@@ -133,6 +135,8 @@ def spladekit_layout(value: str) -> Layout:
         every = extra.removeprefix("checkpointing")
         if extra == "compile":
             fields["compiled"] = True
+        elif extra == "bf16":
+            fields["bf16"] = True
         elif extra in HEADS:
             fields["pooling"] = HEADS[extra]
         elif extra.startswith("checkpointing") and (every == "" or every.isdigit() and int(every) >= 1):
@@ -219,13 +223,15 @@ def worker(args: argparse.Namespace) -> None:
         for _ in range(args.steps + args.warmup)
     ]
     tool, value = args.worker.split(":")
-    model, loss_of = trainee(tool, args.model, args.max_length, spladekit_layout(value), str(device))
+    layout = spladekit_layout(value)
+    bf16 = args.bf16 or layout.bf16
+    model, loss_of = trainee(tool, args.model, args.max_length, layout, str(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     tokens = 0
 
     def step(batch) -> None:
         nonlocal tokens
-        with autocast(device, args.bf16):
+        with autocast(device, bf16):
             loss, read = loss_of(batch)
         tokens += read
         loss.backward()
@@ -246,7 +252,7 @@ def worker(args: argparse.Namespace) -> None:
 
     def encode(texts: list[str]) -> float:
         """Active terms per text."""
-        with torch.inference_mode(), autocast(device, args.bf16):
+        with torch.inference_mode(), autocast(device, bf16):
             if tool == "st":
                 vectors = model.encode(texts, batch_size=32, show_progress_bar=False, convert_to_sparse_tensor=True)
                 return vectors.coalesce().values().numel() / len(texts)
@@ -304,13 +310,18 @@ def main() -> None:
         help="spladekit configurations: length groups (1: one padded batch) or 'packed' (packing), each with "
         "options: '+checkpointing' or '+checkpointingN' (activation checkpointing of every (N-th) layer), '+compile' "
         "(torch.compile of the backbone), '+triton' (the Triton head), '+adaptive' (pooling fused-adaptive), "
-        "'+bf16screen' (pooling fused-bf16)",
+        "'+bf16screen' (pooling fused-bf16), '+bf16' (bf16 autocast of that configuration alone)",
     )
     parser.add_argument(
-        "--st", default="plain", help="sentence-transformers configurations: plain, compile (comma-separated)"
+        "--st",
+        default="plain",
+        help="sentence-transformers configurations: plain, compile, bf16 (autocast), compile+bf16 (comma-separated); "
+        "the first is the reference of every ratio",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
-    parser.add_argument("--bf16", action="store_true", help="training and encoding under bf16 autocast (both tools)")
+    parser.add_argument(
+        "--bf16", action="store_true", help="every configuration under bf16 autocast (both tools; or '+bf16' per one)"
+    )
     parser.add_argument("--batch", type=int, default=8, help="queries per training step (each + 2 passages)")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument(
@@ -328,9 +339,10 @@ def main() -> None:
         worker(args)
         return
     layouts = args.length_groups.split(",")
-    st_configs = [f"st:1{'+compile' if value == 'compile' else ''}" for value in args.st.split(",")]
-    if not set(args.st.split(",")) <= {"plain", "compile"}:
-        raise SystemExit(f"real_inputs.py: --st: expected plain and/or compile, got {args.st!r}")
+    st_values = args.st.split(",")
+    if not set(st_values) <= {"plain", "compile", "bf16", "compile+bf16"}:
+        raise SystemExit(f"real_inputs.py: --st: expected plain, compile, bf16, compile+bf16; got {args.st!r}")
+    st_configs = ["st:1" + ("" if value == "plain" else f"+{value}") for value in st_values]
     for value in layouts:  # every value checked before any work
         spladekit_layout(value)
     configs = [*st_configs, *(f"ours:{value}" for value in layouts)]

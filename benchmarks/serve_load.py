@@ -1,7 +1,8 @@
 """`spladekit serve` under load (issue 40), side by side in one run, loopback only.
 
 For each model (``--models``: ``tiny`` = ../shared/models/splade-tiny-msmarco, ``base`` = a BERT-base-shaped
-BertForMaskedLM, random init, from ../shared/backbone-files/bert-base-uncased's config and tokenizer):
+BertForMaskedLM, random init, from ../shared/backbone-files/bert-base-uncased's config and tokenizer, its bias shifted
+to a trained model's sparsity, about 200 active terms per MS MARCO passage: :func:`base_model`):
 
 * **in-process** (the ceiling): ``model.encode(texts, batch_size=B)`` for B = each client count, over the same
   queries; texts/s, and the p50/p99 of one ``encode`` of a single query (what one client's request cannot beat);
@@ -98,17 +99,35 @@ def read_queries(count: int) -> list[str]:
     return texts
 
 
-def base_model(folder: Path) -> Path:
-    """A BERT-base-shaped masked LM (random init) with bert-base-uncased's real tokenizer, saved in ``folder``."""
+PASSAGES = SHARED / "data" / "trec-dl-2019-subset" / "corpus.jsonl"
+BASE_ACTIVE = 200  # active terms per MS MARCO passage of the base model: a trained SPLADE's level, not random init's
+
+
+def base_model(folder: Path, active: int = BASE_ACTIVE) -> tuple[Path, float]:
+    """A BERT-base-shaped masked LM (random init) with bert-base-uncased's real tokenizer, saved in ``folder``, its
+    vocabulary bias shifted so that 16 MS MARCO passages have ``active`` terms each on average (at random init
+    every one of the 30,522 terms is active, and each response would carry all of them). A term is active where
+    its max-pooled logit is above the shift, so the shift is the (``active`` × 16)-th largest max-pooled logit of
+    one forward pass. Returns the folder and the shift."""
     import torch
     from transformers import AutoConfig, AutoTokenizer, BertForMaskedLM
 
     files = SHARED / "backbone-files" / "bert-base-uncased"
     torch.manual_seed(0)
-    model = BertForMaskedLM(AutoConfig.from_pretrained(files))
+    model = BertForMaskedLM(AutoConfig.from_pretrained(files)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(files)
+    with PASSAGES.open() as lines:
+        passages = [json.loads(line)["text"] for line, _ in zip(lines, range(16))]
+    batch = tokenizer(passages, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        logits = model(**batch).logits.masked_fill(~batch["attention_mask"].bool()[..., None], float("-inf"))
+    pooled = logits.amax(dim=1).flatten()
+    shift = float(pooled.topk(active * len(passages)).values[-1])
+    with torch.no_grad():
+        model.get_output_embeddings().bias -= shift
     model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(files).save_pretrained(folder)
-    return folder
+    tokenizer.save_pretrained(folder)
+    return folder, shift
 
 
 def cpu_model() -> str:
@@ -410,7 +429,9 @@ def main() -> None:
             if name == "tiny":
                 path = str(SHARED / "models" / "splade-tiny-msmarco")
             elif name == "base":
-                path = str(base_model(Path(scratch) / "bert-base-random"))
+                folder, shift = base_model(Path(scratch) / "bert-base-random")
+                path = str(folder)
+                report["base_model"] = {"active_per_passage": BASE_ACTIVE, "bias_shift": round(shift, 4)}
             else:
                 raise SystemExit(f"unknown model {name!r}: tiny or base")
             results.append(run_model(name, path, texts, args))

@@ -546,7 +546,7 @@ def test_the_batcher_gathers_jobs_submitted_together(served):
 
 
 def test_a_pass_waits_for_the_clients_of_the_previous_one_and_one_client_never_waits():
-    """Clients answered together come back together: the next pass waits (up to half the previous pass's time) until
+    """Clients answered together come back together: the next pass waits (up to the previous pass's time) until
     as many requests are queued as the previous pass answered, instead of starting with the first one back."""
     calls: list[list[str]] = []
 
@@ -571,7 +571,7 @@ def test_a_pass_waits_for_the_clients_of_the_previous_one_and_one_client_never_w
 
     alone, single = asyncio.run(scenario())
     assert calls == [["a", "b", "c"], ["d", "e", "f"], ["g"], ["h"]]
-    assert single.queue_s < 0.05  # not the 100 ms window: nobody else was expected
+    assert single.queue_s < 0.05  # not the 200 ms window: nobody else was expected
 
 
 def test_a_failing_model_answers_424_and_the_server_goes_on(served):

@@ -85,7 +85,7 @@ def serve(
         30.0,
         min=0.0,
         help="The longest a forward pass waits for requests on the way: still being read or tokenized, or the "
-        "clients the previous pass answered coming back (never longer than half that pass; one client never "
+        "clients the previous pass answered coming back (never longer than that pass took; one client never "
         "waits). 0: start with whatever is queued, as TEI does.",
     ),
     payload_limit: int = typer.Option(

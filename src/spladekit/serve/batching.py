@@ -12,8 +12,8 @@ than the budget runs alone) and ``max_batch_requests`` inputs. A job whose clien
 is dropped before its forward pass.
 
 Waiting, where spladekit differs from TEI (which starts a pass with whatever is queued): a pass being formed waits up
-to ``batch_wait_ms`` while admitted requests are still being read or tokenized, and, for no longer than half the
-previous pass took, while fewer requests are queued than the previous pass answered. Clients answered together come
+to ``batch_wait_ms`` while admitted requests are still being read or tokenized, and, for no longer than the previous
+pass took, while fewer requests are queued than the previous pass answered. Clients answered together come
 back together; on a CPU, where a pass of 32 costs far less than four passes of 8, starting with the first one back
 splits them into small passes for good. One client never waits (its pass answered one request, and one is queued).
 """
@@ -195,12 +195,12 @@ class Batcher:
                 row += len(job.texts)
 
     async def _gather_arrivals(self) -> None:
-        """Wait, up to ``batch_wait_ms`` and half the previous pass's seconds, while the pass has room and requests
-        are on the way: being read or tokenized, or fewer queued than the previous pass answered."""
+        """Wait, up to ``batch_wait_ms``, while the pass has room and requests are on the way: being read or
+        tokenized, or (for no longer than the previous pass took) fewer queued than the previous pass answered."""
         assert self._wakeup is not None
         now = time.perf_counter()
         deadline = now + self.settings.batch_wait_ms / 1000
-        come_back_until = min(deadline, now + self.last_pass_s / 2)
+        come_back_until = min(deadline, now + self.last_pass_s)
         while (until := self._waiting_until(deadline, come_back_until)) is not None:
             remaining = until - time.perf_counter()
             if remaining <= 0:
