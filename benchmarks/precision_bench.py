@@ -46,6 +46,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 CONFIGS = ("st-fp32", "st-bf16", "onnx-fp32", "onnx-int8", "fastembed", "ours-fp32", "ours-bf16", "ours-int8")
 REFERENCE = "st-fp32"
+FASTEMBED_NAME = "prithivida/Splade_PP_en_v1"  # fastembed's SPLADE class; the weights come from a local folder
+VOCAB_AT_LEAST = 30522
 AGREEMENT_DOCS, AGREEMENT_K = 64, 10
 
 
@@ -97,6 +99,14 @@ class Config:
             from spladekit.model.onnx import OnnxEncoder
 
             self.encoder = OnnxEncoder(self.onnx[name], threads=self.threads)
+        elif name == "fastembed":
+            from fastembed import SparseTextEmbedding
+
+            # fastembed's SPLADE++ class runs any local ONNX graph of MLM logits (log1p(relu) and the max over tokens
+            # are its own numpy post-processing), given under that class's model name with a local path
+            self.encoder = SparseTextEmbedding(
+                FASTEMBED_NAME, specific_model_path=self.onnx[name], threads=self.threads, local_files_only=True
+            )
         elif name.startswith("ours-"):
             from spladekit.model.loading import load_model
 
@@ -109,11 +119,19 @@ class Config:
         if self.name.startswith("st-"):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.name == "st-bf16"):
                 return self.encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
+        if self.name == "fastembed":
+            return list(self.encoder.embed(texts, batch_size=batch_size))
         return self.encoder.encode(texts, batch_size=batch_size, show_progress=False)
 
     def dense(self, vectors) -> np.ndarray:
         if self.name.startswith("st-"):
             return vectors.to_dense().float().numpy()
+        if self.name == "fastembed":
+            width = max(int(v.indices.max()) for v in vectors if len(v.indices)) + 1
+            dense = np.zeros((len(vectors), max(width, VOCAB_AT_LEAST)), dtype=np.float32)
+            for row, vector in enumerate(vectors):
+                dense[row, vector.indices] = vector.values
+            return dense
         return vectors.toarray()
 
 
@@ -124,7 +142,6 @@ def unavailable(name: str) -> str | None:
             import fastembed  # noqa: F401
         except ImportError:
             return "fastembed is not installed (not a spladekit dependency)"
-        return "fastembed is installed, but loading a local SPLADE folder into it is not implemented in this script"
     if name.startswith("st-"):
         try:
             import sentence_transformers  # noqa: F401
@@ -251,7 +268,48 @@ def export_graphs(model: Path, scratch: Path, max_length: int, wanted: list[str]
             folder.mkdir()
             export_onnx(encoder, folder, quantize=quantize)
             folders[name] = str(folder)
+    if "fastembed" in wanted:
+        folders["fastembed"] = str(export_mlm_logits(model, scratch / f"{model.name}-fastembed", max_length))
     return folders
+
+
+def export_mlm_logits(model: Path, folder: Path, max_length: int) -> Path:
+    """``model``'s masked LM as an ONNX graph of its logits (B × L × V) with its tokenizer files, the layout
+    fastembed's SPLADE models have (``model.onnx``, ``tokenizer.json``, ``tokenizer_config.json``, ``config.json``),
+    the tokenizer's limit set to ``max_length``."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    folder.mkdir()
+    mlm = AutoModelForMaskedLM.from_pretrained(model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model, model_max_length=max_length)
+    tokenizer.save_pretrained(folder)
+    mlm.config.save_pretrained(folder)
+    sample = tokenizer(["a sample text", "another"], padding=True, return_tensors="pt")
+
+    class Logits(torch.nn.Module):  # token_type_ids: fastembed feeds them where the graph takes them (BERT)
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlm = mlm
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+            return self.mlm(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
+
+    batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=max_length)
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    inputs = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
+    with torch.no_grad():
+        torch.onnx.export(
+            Logits(),
+            inputs,
+            str(folder / "model.onnx"),
+            input_names=list(names),
+            output_names=["logits"],
+            dynamic_shapes=tuple({0: batch, 1: sequence} for _ in names),
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+    return folder
 
 
 def ratios(rows: dict[str, dict]) -> dict[str, dict]:

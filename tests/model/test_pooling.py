@@ -682,3 +682,35 @@ def test_under_bf16_autocast_the_head_runs_in_bf16_and_stays_finite(search_dtype
     assert got_grad.dtype == torch.float32 and torch.isfinite(got_grad).all()
     assert got_grad[mask == 1].abs().sum() > 0 and not got_grad[mask == 0].any()
     assert pooling_module.compute_dtype(hidden) == torch.float32  # autocast off again
+
+
+def test_the_kept_projection_follows_in_place_changes_and_new_tensors():
+    """Under reusing_projection, without grad, the head keeps its [W, b, pad] matrix between calls; an in-place change
+    of the bias and a new weight of the same shape (possibly at a freed tensor's address) must each give the vectors of
+    the weights as they are now (the naive head's); outside the block nothing is kept."""
+    hidden, weight, bias, mask = random_inputs(batch=3, length=8, width=16, vocab=200, dtype=torch.float32)
+    with torch.inference_mode():
+        splade_max_pool_fused(hidden, weight, bias, mask)
+    assert not pooling_module._TERMS_CACHE  # outside reusing_projection: built, not kept
+    with pooling_module.reusing_projection():
+        check_kept_projection(hidden, weight, bias, mask)
+    assert not pooling_module._TERMS_CACHE  # the block's end drops it
+
+
+def check_kept_projection(hidden, weight, bias, mask):
+    with torch.inference_mode():
+        first = splade_max_pool_fused(hidden, weight, bias, mask)
+        torch.testing.assert_close(first, splade_max_pool(hidden, weight, bias, mask), rtol=0, atol=1e-5)
+    with torch.no_grad():
+        bias -= 1.5  # in place: the same tensor, a new version
+    with torch.inference_mode():
+        shifted = splade_max_pool_fused(hidden, weight, bias, mask)
+    torch.testing.assert_close(shifted, splade_max_pool(hidden, weight, bias, mask), rtol=0, atol=1e-5)
+    assert not torch.equal(shifted, first)
+    for seed in range(3):  # fresh weights of the same shape, the old ones freed
+        del weight
+        weight = torch.randn(200, 16, generator=torch.Generator().manual_seed(seed + 10))
+        with torch.inference_mode():
+            fresh = splade_max_pool_fused(hidden, weight, bias, mask)
+        torch.testing.assert_close(fresh, splade_max_pool(hidden, weight, bias, mask), rtol=0, atol=1e-5)
+    assert pooling_module._TERMS_CACHE  # kept inside the block

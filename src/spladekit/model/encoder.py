@@ -39,6 +39,7 @@ from spladekit.model.metadata import METADATA_FILE, check_rescale_record, read_m
 from spladekit.model.packing import block_diagonal_mask, pack, packable, position_offset, unpack
 from spladekit.model.pooling import (
     DENSE_BACKWARD_DENSITY,
+    reusing_projection,
     splade_max_pool,
     splade_max_pool_auto,
     splade_max_pool_fused,
@@ -518,11 +519,13 @@ class SparseEncoder(nn.Module):
         ]
         order = np.argsort(-np.asarray(lengths), kind="stable")
         was_training = self.model.training
-        self.model.eval()
+        if was_training:  # eval() walks every module: a millisecond per call on a small model, so only when needed
+            self.model.eval()
         blocks = []
         try:
             with (
                 torch.inference_mode(),
+                reusing_projection(),
                 tqdm(
                     total=len(texts), desc=description, unit="text", disable=not show_progress, leave=False
                 ) as progress,
@@ -553,7 +556,8 @@ class SparseEncoder(nn.Module):
                     blocks.append(dense_to_csr(vectors))
                     progress.update(len(chunk))
         finally:
-            self.model.train(was_training)
+            if was_training:
+                self.model.train()
         stacked = sp.vstack(blocks, format="csr")
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))

@@ -119,6 +119,9 @@ class ServedModel:
     def encode(self, texts: list[str], side: str, direction: str = "right") -> sp.csr_matrix:
         """float32 CSR vectors of ``texts`` on ``side``, in one forward pass (``batch_size = len(texts)``), cut at
         the side's token limit from the ``direction`` given ("right": keep the start, as ``encode`` does)."""
+        from spladekit.model.pooling import keep_reusing_projection
+
+        keep_reusing_projection()  # this thread only serves: the head's projection matrix is built once
         encode = self.model.encode_query if side == "query" else self.model.encode_document
         saved = getattr(self.tokenizer, "truncation_side", "right")
         self.tokenizer.truncation_side = direction
