@@ -401,7 +401,7 @@ def keep_reusing_projection() -> None:
 def _terms(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """``[W, b, pad]`` (V × (H + 2)) in ``dtype``; under :func:`reusing_projection` without grad, the last one while
     the weight and bias are the same tensors at the same versions."""
-    key = None
+    key: tuple | None = None
     if getattr(_REUSE, "on", False) and not torch.is_grad_enabled():  # identity (weak refs) + version
         key = (weakref.ref(weight), weight.data_ptr(), weight._version, dtype)
         key += (None,) if bias is None else (weakref.ref(bias), bias.data_ptr(), bias._version)
