@@ -299,7 +299,7 @@ def export_mlm_logits(model: Path, folder: Path, max_length: int) -> Path:
     inputs = tuple(sample.get(name, torch.zeros_like(sample["input_ids"])) for name in names)
     with torch.no_grad():
         torch.onnx.export(
-            Logits(),
+            Logits().eval(),
             inputs,
             str(folder / "model.onnx"),
             input_names=list(names),
@@ -445,8 +445,8 @@ def main() -> None:
                 "ratios_vs_st_fp32": relative,
             }
             print(table(model_name, rows, relative), flush=True)
-    if args.output is not None:
-        args.output.write_text(json.dumps(report, indent=2) + "\n")
+            if args.output is not None:  # after every model: a run cut short keeps what it measured
+                args.output.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ MEANINGS: dict[str, str] = {
     "--dry-run": "Validate the inputs and print the plan with an estimated cost; do no work, write nothing.",
     "--field": "Name of the vector field in the exported mapping, documents and queries.",
     "--field-type": "Mapping type of the vector field.",
-    "--hits": "Documents retrieved per query.",
+    "--hits": "Documents retrieved per query (the Python API's and POST /search's `k`; pyserini's spelling).",
     "--index-name": "Index name in the exported bulk actions and queries.",
     "--json": "Print machine-readable JSON instead of the readable summary.",
     "--json-out": "Also write the JSON result to this file (must not exist unless --overwrite; checked before the "
