@@ -220,11 +220,9 @@ def test_bf16_screen_gives_exact_values_and_gradients():
         )
 
 
-@pytest.mark.parametrize("pays", [False, True])
-def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
-    """auto is fused, screened in bf16 where bf16_screen_pays says so: the same values and gradients either way."""
-    monkeypatch.setattr(pooling_module, "bf16_screen_pays", lambda device, positions: pays)
-    screens = []
+def record_screens(monkeypatch) -> list:
+    """The ``search_dtype`` of every call auto makes to the fused head, in order (the calls still run)."""
+    screens: list = []
     fused = pooling_module.splade_max_pool_fused
     monkeypatch.setattr(
         pooling_module,
@@ -233,6 +231,15 @@ def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
             screens.append(search_dtype) or fused(*args, search_dtype=search_dtype, **options)
         ),
     )
+    return screens
+
+
+@pytest.mark.parametrize("pays", [False, True])
+def test_auto_screens_in_bf16_exactly_where_the_screen_pays(pays, monkeypatch):
+    """auto is fused, screened in bf16 where bf16_screen_pays says so: the same values and gradients either way."""
+    monkeypatch.setattr(pooling_module, "bf16_screen_pays", lambda device, positions: pays)
+    fused = pooling_module.splade_max_pool_fused
+    screens = record_screens(monkeypatch)
     hidden, weight, bias, mask = random_inputs(batch=4, length=16, width=32, vocab=300, dtype=torch.float32)
     grad_output = torch.randn(4, 300, generator=torch.Generator().manual_seed(2))
     results = []
@@ -270,15 +277,7 @@ def test_the_bf16_screen_is_skipped_for_a_few_token_positions(monkeypatch):
     limit = pooling_module.SCREEN_MIN_POSITIONS
     assert not bf16_screen_pays(torch.device("cpu"), limit - 1)
     assert bf16_screen_pays(torch.device("cpu"), limit)
-    screens = []
-    fused = pooling_module.splade_max_pool_fused
-    monkeypatch.setattr(
-        pooling_module,
-        "splade_max_pool_fused",
-        lambda *args, search_dtype=None, **options: (
-            screens.append(search_dtype) or fused(*args, search_dtype=search_dtype, **options)
-        ),
-    )
+    screens = record_screens(monkeypatch)
     for batch, length in ((2, limit // 2 - 1), (2, limit // 2)):
         hidden, weight, bias, mask = random_inputs(batch=batch, length=length, width=32, vocab=300, dtype=torch.float32)
         splade_max_pool_auto(hidden, weight, bias, mask)
