@@ -402,7 +402,8 @@ def _terms(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) 
     """``[W, b, pad]`` (V × (H + 2)) in ``dtype``; under :func:`reusing_projection` without grad, the last one while
     the weight and bias are the same tensors at the same versions."""
     key: tuple | None = None
-    if getattr(_REUSE, "on", False) and not torch.is_grad_enabled():  # identity (weak refs) + version
+    tracked = not weight.is_inference() and (bias is None or not bias.is_inference())  # inference tensors: no version
+    if tracked and getattr(_REUSE, "on", False) and not torch.is_grad_enabled():  # identity (weak refs) + version
         key = (weakref.ref(weight), weight.data_ptr(), weight._version, dtype)
         key += (None,) if bias is None else (weakref.ref(bias), bias.data_ptr(), bias._version)
         if _TERMS_CACHE and _same(_TERMS_CACHE[0][0], key):
