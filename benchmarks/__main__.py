@@ -165,7 +165,8 @@ def scratch_dir(row: Row) -> Path:
 
 
 def command(row: Row, quick: bool) -> list[str]:
-    """The row's command line as run from the repository root."""
+    """The row's command line as run from the repository root, recorded with ``python`` for the interpreter: the
+    run uses this one (``sys.executable``), whose path names a machine's environment, not the measurement."""
     scratch = scratch_dir(row)
     values = {"{output}": str(scratch / "output.json"), "{scratch}": str(scratch), "{shared}": shown_path(SHARED)}
     arguments = []
@@ -173,7 +174,7 @@ def command(row: Row, quick: bool) -> list[str]:
         for placeholder, value in values.items():
             argument = argument.replace(placeholder, value)
         arguments.append(argument)
-    return [shown_path(Path(sys.executable)), f"benchmarks/{row.script}", *arguments]
+    return ["python", f"benchmarks/{row.script}", *arguments]
 
 
 def read_raw(row: Row, stdout: str) -> dict[str, Any]:
