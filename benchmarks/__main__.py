@@ -177,6 +177,18 @@ def command(row: Row, quick: bool) -> list[str]:
     return ["python", f"benchmarks/{row.script}", *arguments]
 
 
+def portable(value: Any) -> Any:
+    """``value`` with this checkout's and ../shared's absolute paths written relative to the repository root, where
+    every row runs: a committed result names no machine's folders (scripts record their arguments as given)."""
+    if isinstance(value, str):
+        return value.replace(str(SHARED), shown_path(SHARED)).replace(f"{ROOT}{os.sep}", "")
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item) for item in value]
+    return value
+
+
 def read_raw(row: Row, stdout: str) -> dict[str, Any]:
     """The script's JSON file, or the JSON objects it printed one per line (scripts without an output option)."""
     if row.writes_output:
@@ -216,7 +228,7 @@ def run_row(row: Row, quick: bool, timeout: float, hardware: dict[str, Any]) -> 
         record["wall_s"] = round(time.perf_counter() - started, 1)
         if error is None:
             try:
-                raw = read_raw(row, stdout)
+                raw = portable(read_raw(row, stdout))
                 cells = row.parse(raw)
             except Exception as problem:  # a parser's bug is that row's failure, not the whole run's
                 error = one_line(f"its JSON could not be read: {type(problem).__name__}: {problem}")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -393,7 +394,7 @@ def main() -> None:
     report: dict = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": {
-            key: str(value) if isinstance(value, Path) else value
+            key: os.path.relpath(value, ROOT) if isinstance(value, Path) else value  # no machine's folders
             for key, value in vars(args).items()
             if not key.endswith("_worker")
         },

@@ -14,7 +14,8 @@ to a trained model's sparsity, about 200 active terms per MS MARCO passage: :fun
 
 Then an **overload** run against spladekit serve with ``--max-concurrent-requests 32`` and ten times as many
 clients (320) sending back to back: the statuses (429s expected, no 5xx), and the server's resident memory sampled
-through the run (before / peak / after).
+through the run (before, the peak of each half of the run, after: a second half that peaks no higher than the
+first is bounded memory, which a leak is not).
 
 Every level is bounded twice: ``--seconds`` of wall time and ``--max-requests`` requests. By default the client and
 the servers share this machine's cores. ``--server-cpus`` and ``--client-cpus`` pin them apart (Linux CPU affinity):
@@ -292,12 +293,13 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
     command = [sys.executable, "-m", "spladekit", "serve", model_path, "--port", str(port), "--device", "cpu"]
     command += ["--pooling", pooling, "--max-concurrent-requests", "32"]
     process = start(command, port)
-    samples: list[float] = []
+    samples: list[tuple[float, float]] = []  # (seconds into the overload, RSS MiB)
     running = True
 
     def sample() -> None:
+        started = time.perf_counter()
         while running:
-            samples.append(rss_mib(process.pid))
+            samples.append((time.perf_counter() - started, rss_mib(process.pid)))
             time.sleep(0.2)
 
     try:
@@ -315,9 +317,14 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
         running = False
         stop(process)
     fives = sum(count for status, count in result["statuses"].items() if status.startswith("5"))
+    # Flat means bounded: the second half of the overload peaks no higher than the first (a leak grows with requests).
+    middle = seconds / 2
+    halves = [[rss for at, rss in samples if (at < middle) == first] or [before] for first in (True, False)]
     return result | {
         "rss_mib_before": round(before, 1),
-        "rss_mib_peak": round(max(samples, default=before), 1),
+        "rss_mib_peak": round(max(max(half) for half in halves), 1),
+        "rss_mib_peak_first_half": round(max(halves[0]), 1),
+        "rss_mib_peak_second_half": round(max(halves[1]), 1),
         "rss_mib_after": round(after_load, 1),
         "responses_5xx": fives,
         "after_overload_one_client": calm,

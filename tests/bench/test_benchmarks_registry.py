@@ -200,3 +200,14 @@ def test_a_failing_row_is_reported_and_the_exit_status_says_so(tmp_path):
     (written,) = tmp_path.glob("*-quick.json")
     data = json.loads(written.read_text())
     assert data["rows"] == {} and data["last_run"]["rows"]["exact-search-100k"]["status"] == "failed"
+
+
+def test_recorded_results_name_no_machine_folders():
+    raw = {
+        "settings": {"model": f"{runner.SHARED}/models/m", "paths": [f"{ROOT}/docs/x.json", "/tmp/y"]},
+        "count": 3,
+    }
+    assert runner.portable(raw) == {
+        "settings": {"model": "../shared/models/m", "paths": ["docs/x.json", "/tmp/y"]},
+        "count": 3,
+    }
