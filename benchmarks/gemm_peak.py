@@ -9,7 +9,8 @@ feed-forward (4,096 tokens × 768 → 3,072) and a square 2,048³:
   ``Linear`` (what ``--precision int8`` runs: activations quantized per batch, the result dequantized), reported but
   not used as the peak.
 
-**Each configuration's useful FLOP/s**: its docs/s (from a ``precision_bench.py --output`` JSON) times the forward
+**Each configuration's useful FLOP/s**: its docs/s (from a ``precision_bench.py --output`` JSON, or a registry
+results file holding its row) times the forward
 FLOPs of its documents, dense-equivalent, from the model's config and each document's real token count n (the
 texts and token limit the bench used; padding is not counted)::
 
@@ -22,7 +23,8 @@ sentence-transformers, ONNX fp32, fastembed and spladekit fp32; bf16 for the aut
 A path that skips work is credited with the work it skipped — spladekit's default head screens the vocabulary
 projection in bf16 — so a fraction is an upper bound on the arithmetic's share of the time, not a measured one.
 
-    python benchmarks/gemm_peak.py --precision-bench docs/results/precision-bench.json --output gemm-peak.json
+    python benchmarks/gemm_peak.py --precision-bench docs/results/precision-bench-splade-tiny.json \
+        --precision-bench docs/results/bench/amd-epyc-2-core-avx512-bf16.json --output gemm-peak.json
     python benchmarks/gemm_peak.py --quick      # the peaks only, small shapes: a smoke run
 """
 
@@ -151,6 +153,15 @@ def fractions(bench: dict, peaks: dict[str, float]) -> dict[str, dict]:
     return report
 
 
+def precision_runs(data: dict) -> list[dict]:
+    """A precision_bench.py JSON, or the precision_bench runs inside a ``python -m benchmarks`` results file (its
+    rows' raw outputs: docs/results/bench/)."""
+    if "rows" not in data:
+        return [data]
+    raws = [row.get("raw", {}) for row in data["rows"].values()]
+    return [raw for raw in raws if "models" in raw and "settings" in raw]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precision-bench", type=Path, action="append", default=[], help="a precision_bench JSON")
@@ -177,8 +188,9 @@ def main() -> None:
     for kind, by_shape in rates.items():
         shapes = ", ".join(f"{label} {value:,.0f}" for label, value in by_shape.items())
         print(f"  {kind:<20} {peaks[kind]:>8,.0f}   ({shapes})")
-    for path in args.precision_bench:
-        for model, entry in fractions(json.loads(path.read_text()), peaks).items():
+    benches = [bench for path in args.precision_bench for bench in precision_runs(json.loads(path.read_text()))]
+    for bench in benches:
+        for model, entry in fractions(bench, peaks).items():
             report["models"][model] = entry
             print(f"{model}: {entry['mean_tokens']:.1f} tokens, {entry['gflops_per_doc']:.2f} GFLOP per document")
             print(f"  {'config':<10} {'docs/s':>8} {'GFLOP/s':>9} {'peak':>7} {'of peak':>8}")

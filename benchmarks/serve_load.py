@@ -326,6 +326,7 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
         "rss_mib_peak_first_half": round(max(halves[0]), 1),
         "rss_mib_peak_second_half": round(max(halves[1]), 1),
         "rss_mib_after": round(after_load, 1),
+        "rss_mib_every_second": [round(rss, 1) for _, rss in samples[::5]],
         "responses_5xx": fives,
         "after_overload_one_client": calm,
     }

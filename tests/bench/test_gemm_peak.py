@@ -24,6 +24,7 @@ def test_the_formula_counts_what_torch_counts_for_a_bert_forward(tokens):
     config = BertConfig(
         vocab_size=997, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4
     )
+    config._attn_implementation = "eager"  # attention as matmuls, which the counter sees (not a fused SDPA kernel)
     model = BertForMaskedLM(config).eval()
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
@@ -51,3 +52,10 @@ def test_each_configuration_is_measured_against_its_own_precision(monkeypatch):
     assert report["st-fp32"]["fraction_of_peak"] == pytest.approx(20.0 / 100.0)
     assert report["ours-bf16"]["fraction_of_peak"] == pytest.approx(60.0 / 200.0)
     assert report["ours-int8"]["fraction_of_peak"] == pytest.approx(80.0 / 400.0)
+
+
+def test_a_registry_results_file_gives_its_precision_bench_runs():
+    run = {"settings": {"docs": 4}, "models": {}}
+    results = {"rows": {"precision-bert-base": {"raw": run}, "exact-search-100k": {"raw": {"rows": []}}}}
+    assert gemm_peak.precision_runs(results) == [run]
+    assert gemm_peak.precision_runs(run) == [run]

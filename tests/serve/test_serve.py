@@ -24,7 +24,7 @@ from spladekit.serve.app import create_app
 from spladekit.serve.batching import Batcher
 from spladekit.serve.encoding import ServedModel
 from spladekit.serve.search import SearchService
-from spladekit.serve.settings import ServeSettings, check_exposure, is_loopback
+from spladekit.serve.settings import ServeSettings, bound_primitive_cache, check_exposure, is_loopback
 from spladekit.serve.tei import TeiError
 from tiny_models import SAMPLE_TEXTS, build_tiny_model
 
@@ -716,3 +716,18 @@ def test_sigterm_lets_the_request_in_flight_finish(bert_dir, tmp_path):
             process.kill()
         output = process.communicate()[0]
     assert "Shutting down" in output or "Finished server process" in output, output
+
+
+def test_the_primitive_cache_is_capped_unless_the_user_chose(monkeypatch):
+    """oneDNN keeps a primitive per matmul shape; a server's shapes vary with traffic, so serve caps the cache (its
+    memory grew for minutes under overload without the cap) — and a value the user set wins."""
+    import os
+
+    from spladekit.serve.settings import PRIMITIVE_CACHE_VARIABLE, SERVED_PRIMITIVE_CACHE
+
+    monkeypatch.delenv(PRIMITIVE_CACHE_VARIABLE, raising=False)
+    bound_primitive_cache()
+    assert os.environ[PRIMITIVE_CACHE_VARIABLE] == str(SERVED_PRIMITIVE_CACHE)
+    monkeypatch.setenv(PRIMITIVE_CACHE_VARIABLE, "1024")
+    bound_primitive_cache()
+    assert os.environ[PRIMITIVE_CACHE_VARIABLE] == "1024"

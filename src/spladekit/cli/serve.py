@@ -113,7 +113,7 @@ def serve(
     """Serve a SPLADE model over HTTP with text-embeddings-inference's API (POST /embed_sparse, /tokenize, GET
     /info, /health, /metrics), dynamic batching, POST /search with explanations when --index is given, and a
     search page at / (docs/serving.md)."""
-    from spladekit.serve.settings import ServeSettings, check_exposure
+    from spladekit.serve.settings import ServeSettings, bound_primitive_cache, check_exposure
 
     checked_device(device)
     precision = chosen_precision(precision, bf16)
@@ -144,6 +144,7 @@ def serve(
 
     import uvicorn
 
+    bound_primitive_cache()  # before the model's first matmul: oneDNN reads it once
     from spladekit.serve.app import create_app
     from spladekit.serve.encoding import load_served_model
     from spladekit.serve.search import SearchService

@@ -9,12 +9,27 @@ encoding; beyond it a request is refused with 429), ``max_batch_tokens`` 16384 t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from spladekit.common.errors import SpladekitError
 
 MAX_CHAR_MULTIPLIER = 250  # TEI: an input's characters are capped at max_input_length × 250 before tokenizing
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+SERVED_PRIMITIVE_CACHE = 8
+
+
+def bound_primitive_cache() -> None:
+    """Cap oneDNN's primitive cache for a serving process (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, unless already set).
+
+    Why: oneDNN, behind torch's bf16 matmuls on a CPU (the head's bf16 screen), keeps one compiled primitive per
+    matmul shape, up to 1,024 by default, and a server meets a new shape with almost every batch (its size and padded
+    length vary with the traffic). Under overload the server's memory then grew for minutes, in steps the size of the
+    model's bf16 vocabulary matrix, and stayed flat with a small cap (measured: docs/serving.md, "Memory under
+    overload"). oneDNN reads the variable once, when it first builds a primitive:
+    call this before the process's first matmul (``spladekit serve`` does, before loading the model)."""
+    os.environ.setdefault(PRIMITIVE_CACHE_VARIABLE, str(SERVED_PRIMITIVE_CACHE))
 
 
 @dataclass(frozen=True)
