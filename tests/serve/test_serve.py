@@ -718,16 +718,18 @@ def test_sigterm_lets_the_request_in_flight_finish(bert_dir, tmp_path):
     assert "Shutting down" in output or "Finished server process" in output, output
 
 
-def test_the_primitive_cache_is_capped_unless_the_user_chose(monkeypatch):
-    """oneDNN keeps a primitive per matmul shape; a server's shapes vary with traffic, so serve caps the cache (its
-    memory grew for minutes under overload without the cap) — and a value the user set wins."""
+def test_the_primitive_caches_are_capped_unless_the_user_chose(monkeypatch):
+    """oneDNN and ideep keep a primitive per matmul shape; a server's shapes vary with traffic, so serve caps both
+    caches (its memory grew for minutes under overload without the caps) — and a value the user set wins."""
     import os
 
-    from spladekit.serve.settings import PRIMITIVE_CACHE_VARIABLE, SERVED_PRIMITIVE_CACHE
+    from spladekit.serve.settings import PRIMITIVE_CACHE_VARIABLES, SERVED_PRIMITIVE_CACHE
 
-    monkeypatch.delenv(PRIMITIVE_CACHE_VARIABLE, raising=False)
+    chosen, left = PRIMITIVE_CACHE_VARIABLES
+    monkeypatch.setenv(chosen, "1024")
+    monkeypatch.delenv(left, raising=False)
     bound_primitive_cache()
-    assert os.environ[PRIMITIVE_CACHE_VARIABLE] == str(SERVED_PRIMITIVE_CACHE)
-    monkeypatch.setenv(PRIMITIVE_CACHE_VARIABLE, "1024")
+    assert os.environ[chosen] == "1024" and os.environ[left] == str(SERVED_PRIMITIVE_CACHE)
+    monkeypatch.delenv(chosen)
     bound_primitive_cache()
-    assert os.environ[PRIMITIVE_CACHE_VARIABLE] == "1024"
+    assert os.environ[chosen] == str(SERVED_PRIMITIVE_CACHE)

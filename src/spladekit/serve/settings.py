@@ -16,20 +16,24 @@ from spladekit.common.errors import SpladekitError
 
 MAX_CHAR_MULTIPLIER = 250  # TEI: an input's characters are capped at max_input_length × 250 before tokenizing
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
-PRIMITIVE_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+# oneDNN's primitive cache, and ideep's cache of the objects torch's oneDNN ops build around those primitives
+PRIMITIVE_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 SERVED_PRIMITIVE_CACHE = 8
 
 
 def bound_primitive_cache() -> None:
-    """Cap oneDNN's primitive cache for a serving process (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``, unless already set).
+    """Cap oneDNN's primitive caches for a serving process (``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and ideep's
+    ``LRU_CACHE_CAPACITY``, each unless already set).
 
     Why: oneDNN, behind torch's bf16 matmuls on a CPU (the head's bf16 screen), keeps one compiled primitive per
-    matmul shape, up to 1,024 by default, and a server meets a new shape with almost every batch (its size and padded
-    length vary with the traffic). Under overload the server's memory then grew for minutes, in steps the size of the
-    model's bf16 vocabulary matrix, and stayed flat with a small cap (measured: docs/serving.md, "Memory under
-    overload"). oneDNN reads the variable once, when it first builds a primitive:
-    call this before the process's first matmul (``spladekit serve`` does, before loading the model)."""
-    os.environ.setdefault(PRIMITIVE_CACHE_VARIABLE, str(SERVED_PRIMITIVE_CACHE))
+    matmul shape, and ideep (torch's wrapper of oneDNN) one cached object per shape too, up to 1,024 each by default;
+    a server meets a new shape with almost every batch (its size and padded length vary with the traffic). Under
+    overload the server's memory then grew for minutes, in steps the size of the model's bf16 vocabulary matrix; with
+    both caps small it stayed flat, at no measured cost in throughput (docs/serving.md, "Memory under overload").
+    Both are read once, when the first primitive is built: call this before the process's first matmul (``spladekit
+    serve`` does, before loading the model)."""
+    for variable in PRIMITIVE_CACHE_VARIABLES:
+        os.environ.setdefault(variable, str(SERVED_PRIMITIVE_CACHE))
 
 
 @dataclass(frozen=True)
