@@ -132,16 +132,17 @@ def model_flops(model: str, settings: dict) -> dict[str, float]:
     return {"mean_tokens": sum(lengths) / len(lengths), "gflops_per_doc": total / len(lengths) / 1e9}
 
 
-def fractions(bench: dict, peaks: dict[str, float]) -> dict[str, dict]:
+def fractions(bench: dict, peaks: dict[str, float], work: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """Per model of one precision_bench run (``work``: :func:`model_flops` of each), each configuration's useful
+    GFLOP/s and its share of the peak of its precision."""
     report = {}
     for model, entry in bench["models"].items():
-        work = model_flops(model, bench["settings"])
         rows = {}
         for name, row in entry["results"].items():
             if "docs_per_s" not in row or name not in PRECISION_OF:
                 continue
             precision = PRECISION_OF[name]
-            achieved = row["docs_per_s"] * work["gflops_per_doc"]
+            achieved = row["docs_per_s"] * work[model]["gflops_per_doc"]
             rows[name] = {
                 "precision": precision,
                 "docs_per_s": row["docs_per_s"],
@@ -149,8 +150,28 @@ def fractions(bench: dict, peaks: dict[str, float]) -> dict[str, dict]:
                 "peak_gflop_per_s": peaks[precision],
                 "fraction_of_peak": achieved / peaks[precision],
             }
-        report[model] = {**work, "configs": rows}
+        report[model] = {**work[model], "configs": rows}
     return report
+
+
+def read_benches(paths: list[Path]) -> list[tuple[dict, dict[str, dict[str, float]]]]:
+    """Every precision_bench run in ``paths`` with its models' work, read and checked before any timing: a bad file
+    ends the script in one line."""
+    found = []
+    for path in paths:
+        try:
+            runs = precision_runs(json.loads(path.read_text()))
+            for bench in runs:
+                found.append((bench, {model: model_flops(model, bench["settings"]) for model in bench["models"]}))
+        except OSError as error:
+            raise SystemExit(f"gemm_peak.py: --precision-bench {path}: {error.strerror or error}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise SystemExit(
+                f"gemm_peak.py: --precision-bench {path}: not a precision_bench result ({error!r})"
+            ) from None
+        if not runs:
+            raise SystemExit(f"gemm_peak.py: --precision-bench {path}: holds no precision_bench run")
+    return found
 
 
 def precision_runs(data: dict) -> list[dict]:
@@ -170,9 +191,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes, two repeats")
     parser.add_argument("--output", type=Path, help="also write the results as JSON")
     args = parser.parse_args()
-    for path in args.precision_bench:
-        if not path.is_file():
-            raise SystemExit(f"gemm_peak.py: --precision-bench {path}: no such file")
+    if args.threads < 1 or args.repeats < 1:
+        raise SystemExit("gemm_peak.py: --threads and --repeats must be at least 1")
+    if args.output is not None and (args.output.is_dir() or not args.output.parent.is_dir()):
+        raise SystemExit(f"gemm_peak.py: --output {args.output}: not a file in an existing folder")
+    benches = read_benches(args.precision_bench)
     torch.set_num_threads(args.threads)
     rates = gemm_rates(QUICK_SHAPES if args.quick else SHAPES, 2 if args.quick else args.repeats)
     peaks = {kind: max(by_shape.values()) for kind, by_shape in rates.items()}
@@ -188,9 +211,8 @@ def main() -> None:
     for kind, by_shape in rates.items():
         shapes = ", ".join(f"{label} {value:,.0f}" for label, value in by_shape.items())
         print(f"  {kind:<20} {peaks[kind]:>8,.0f}   ({shapes})")
-    benches = [bench for path in args.precision_bench for bench in precision_runs(json.loads(path.read_text()))]
-    for bench in benches:
-        for model, entry in fractions(bench, peaks).items():
+    for bench, work in benches:
+        for model, entry in fractions(bench, peaks, work).items():
             report["models"][model] = entry
             print(f"{model}: {entry['mean_tokens']:.1f} tokens, {entry['gflops_per_doc']:.2f} GFLOP per document")
             print(f"  {'config':<10} {'docs/s':>8} {'GFLOP/s':>9} {'peak':>7} {'of peak':>8}")

@@ -138,6 +138,9 @@ def cpu_model() -> str:
     return ""
 
 
+RSS_SAMPLE_S = 0.2  # the overload run samples the server's resident set this often
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -300,7 +303,7 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
         started = time.perf_counter()
         while running:
             samples.append((time.perf_counter() - started, rss_mib(process.pid)))
-            time.sleep(0.2)
+            time.sleep(RSS_SAMPLE_S)
 
     try:
         url = f"http://127.0.0.1:{port}"
@@ -326,7 +329,7 @@ def overload(model_path: str, texts: list[str], seconds: float, max_requests: in
         "rss_mib_peak_first_half": round(max(halves[0]), 1),
         "rss_mib_peak_second_half": round(max(halves[1]), 1),
         "rss_mib_after": round(after_load, 1),
-        "rss_mib_every_second": [round(rss, 1) for _, rss in samples[::5]],
+        "rss_mib_every_second": [round(rss, 1) for _, rss in samples[:: round(1 / RSS_SAMPLE_S)]],
         "responses_5xx": fives,
         "after_overload_one_client": calm,
     }

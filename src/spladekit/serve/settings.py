@@ -29,7 +29,8 @@ def bound_primitive_cache() -> None:
     matmul shape, and ideep (torch's wrapper of oneDNN) one cached object per shape too, up to 1,024 each by default;
     a server meets a new shape with almost every batch (its size and padded length vary with the traffic). Under
     overload the server's memory then grew for minutes, in steps the size of the model's bf16 vocabulary matrix; with
-    both caps small it stayed flat, at no measured cost in throughput (docs/serving.md, "Memory under overload").
+    both caps small it stayed flat in the runs measured (docs/serving.md, "Memory under overload": the runs, and what
+    the caps cost).
     Both are read once, when the first primitive is built: call this before the process's first matmul (``spladekit
     serve`` does, before loading the model)."""
     for variable in PRIMITIVE_CACHE_VARIABLES:
